@@ -1,0 +1,45 @@
+# One target per verb. `make run` and `make test` install into .venv when needed.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test test-fast lint typecheck migrate publish bench-ingest bench-embed bench-search bench-context bench-extract bench-locomo clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned: 2.13.0 is the CPU build; anything else pulls CUDA.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[local,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/engram run
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -ra
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check shared services tests bench
+	$(BIN)/ruff format --check shared services tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy shared services
+
+migrate: $(STAMP)
+	$(BIN)/engram migrate
+
+publish: $(STAMP)
+	$(BIN)/engram publish $(FILE)
+
+bench-ingest: $(STAMP)
+	$(BIN)/python -m bench.ingest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

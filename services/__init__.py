@@ -1,0 +1,1 @@
+"""engram's services: ingest, embedder, extractor, query. They never import each other."""

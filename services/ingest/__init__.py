@@ -1,0 +1,1 @@
+"""Stores users, episodes and messages from the ``turns`` and ``episodes`` streams."""

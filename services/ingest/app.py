@@ -1,0 +1,33 @@
+"""Composition root of the ingest service."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import FastAPI
+
+from services.ingest import service
+from services.ingest.settings import IngestSettings
+from shared.events import EpisodeClosed, EpisodeStarted, TurnReceived, episode_adapter, turn_adapter
+from shared.runtime import Runtime, add_ops_routes
+from shared.streams import Delivery, Rejections
+
+
+def create_app(settings: IngestSettings | None = None) -> FastAPI:
+    settings = settings or IngestSettings()
+    rt = Runtime("ingest", settings)
+    window = timedelta(minutes=settings.stale_window_minutes)
+
+    async def on_turns(batch: list[Delivery[TurnReceived]]) -> Rejections:
+        return await service.store_turns(rt.pool, rt.publisher, batch, stale_window=window)
+
+    async def on_episodes(batch: list[Delivery[EpisodeStarted | EpisodeClosed]]) -> Rejections:
+        return await service.handle_episode_events(rt.pool, rt.publisher, batch)
+
+    rt.consume(stream="turns", group="ingest", adapter=turn_adapter, handle=on_turns)
+    rt.consume(stream="episodes", group="ingest", adapter=episode_adapter, handle=on_episodes)
+
+    app = FastAPI(title="engram ingest", lifespan=rt.lifespan)
+    app.state.runtime = rt
+    add_ops_routes(app, rt)
+    return app

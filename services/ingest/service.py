@@ -1,0 +1,359 @@
+"""Ingest use cases: store turns and episode events. No FastStream, no HTTP here.
+
+Guarantees: a turn is stored once per ``event_id`` (and once per platform
+message id); its time is ``occurred_at``; a turn whose episode is closed is
+still stored; a turn never lands in another user's episode.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import asyncpg
+
+from shared.events import (
+    EmbedRequested,
+    EmbedTarget,
+    EpisodeClosed,
+    EpisodeStarted,
+    ExtractRequested,
+    TurnReceived,
+)
+from shared.streams import Delivery, Publisher, Rejections
+
+CONSUMER = "ingest"
+
+UPSERT_USERS = """
+INSERT INTO users (id, display_name)
+SELECT * FROM unnest($1::text[], $2::text[])
+ON CONFLICT (id) DO UPDATE SET display_name = EXCLUDED.display_name, updated_at = now()
+WHERE EXCLUDED.display_name IS NOT NULL
+  AND users.display_name IS DISTINCT FROM EXCLUDED.display_name
+"""
+
+OPEN_EPISODES = """
+SELECT DISTINCT ON (e.user_id, e.provider, e.chat_id)
+       e.id, e.user_id, e.provider, e.chat_id, e.last_active_at
+FROM episodes e
+JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(user_id, provider, chat_id)
+  ON e.user_id = k.user_id AND e.provider = k.provider AND e.chat_id = k.chat_id
+WHERE e.status = 'open'
+ORDER BY e.user_id, e.provider, e.chat_id, e.last_active_at DESC
+"""
+
+EPISODE_OWNERS = "SELECT id, user_id FROM episodes WHERE id = ANY($1::uuid[])"
+
+INSERT_EPISODES = """
+INSERT INTO episodes (id, user_id, display_name, provider, chat_id, started_at, last_active_at)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
+                     $6::timestamptz[], $6::timestamptz[])
+ON CONFLICT (id) DO NOTHING
+"""
+
+CLOSE_STALE = """
+UPDATE episodes SET status = 'closed', closed_at = last_active_at, updated_at = now()
+WHERE id = ANY($1::uuid[]) AND status = 'open'
+RETURNING id, user_id
+"""
+
+INSERT_MESSAGES = """
+INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, display_name,
+                      content, tool_name, tool_args, tool_result, external_id, occurred_at,
+                      metadata)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[],
+                     $7::text[], $8::text[], $9::text[], $10::jsonb[], $11::jsonb[], $12::text[],
+                     $13::timestamptz[], $14::jsonb[])
+ON CONFLICT DO NOTHING
+RETURNING id, user_id, episode_id, occurred_at
+"""
+
+PENDING_FOR_EVENTS = """
+SELECT id, user_id FROM messages
+WHERE event_id = ANY($1::uuid[]) AND embedding_state = 'pending'
+"""
+
+TOUCH_EPISODES = """
+UPDATE episodes e
+SET turn_count = e.turn_count + u.n,
+    last_active_at = greatest(e.last_active_at, u.last_at),
+    started_at = least(e.started_at, u.first_at),
+    updated_at = now()
+FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::timestamptz[])
+     AS u(id, n, first_at, last_at)
+WHERE e.id = u.id
+"""
+
+
+@dataclass
+class _OpenEpisode:
+    id: uuid.UUID
+    last_active_at: datetime
+
+
+@dataclass
+class _Plan:
+    new_episodes: dict[uuid.UUID, tuple[str, str | None, str, str, datetime]] = field(
+        default_factory=dict
+    )
+    stale: set[uuid.UUID] = field(default_factory=set)
+    episode_of: dict[str, uuid.UUID] = field(default_factory=dict)
+
+
+async def store_turns(
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    deliveries: Sequence[Delivery[TurnReceived]],
+    *,
+    stale_window: timedelta,
+) -> Rejections:
+    """Store a batch of turns in one transaction, then ask for their embeddings."""
+    # One row per event id, even if the batch repeats an entry.
+    unique: dict[uuid.UUID, Delivery[TurnReceived]] = {}
+    for d in deliveries:
+        unique.setdefault(d.event.event_id, d)
+    batch = sorted(unique.values(), key=lambda d: (d.event.occurred_at, d.entry_id))
+    rejected: Rejections = {}
+    extract: list[ExtractRequested] = []
+
+    async with pool.acquire() as conn, conn.transaction():
+        users: dict[str, str | None] = {}
+        for d in batch:
+            name = d.event.display_name if d.event.role == "user" else None
+            if name or d.event.user_id not in users:
+                users[d.event.user_id] = name or users.get(d.event.user_id)
+        await conn.execute(UPSERT_USERS, list(users), list(users.values()))
+
+        plan = await _plan_episodes(conn, batch, stale_window, rejected)
+        if plan.new_episodes:
+            ids = list(plan.new_episodes)
+            rows = [plan.new_episodes[i] for i in ids]
+            await conn.execute(
+                INSERT_EPISODES, ids, [r[0] for r in rows], [r[1] for r in rows],
+                [r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows],
+            )
+        if plan.stale:
+            for row in await conn.fetch(CLOSE_STALE, list(plan.stale)):
+                extract.append(
+                    ExtractRequested(episode_id=row["id"], user_id=row["user_id"], reason="stale")
+                )
+
+        kept = [d for d in batch if d.entry_id not in rejected]
+        inserted = await conn.fetch(
+            INSERT_MESSAGES,
+            [d.event.event_id for d in kept],
+            [d.event.user_id for d in kept],
+            [plan.episode_of[d.entry_id] for d in kept],
+            [d.event.provider for d in kept],
+            [d.event.chat_id for d in kept],
+            [d.event.role for d in kept],
+            [d.event.display_name for d in kept],
+            [d.event.content for d in kept],
+            [d.event.tool_name for d in kept],
+            [d.event.tool_args for d in kept],
+            [d.event.tool_result for d in kept],
+            [d.event.external_message_id for d in kept],
+            [d.event.occurred_at for d in kept],
+            [d.event.metadata for d in kept],
+        )
+        touched: dict[uuid.UUID, list[datetime]] = defaultdict(list)
+        for row in inserted:
+            touched[row["episode_id"]].append(row["occurred_at"])
+        if touched:
+            ids = list(touched)
+            await conn.execute(
+                TOUCH_EPISODES, ids, [len(touched[i]) for i in ids],
+                [min(touched[i]) for i in ids], [max(touched[i]) for i in ids],
+            )
+        to_embed = [(r["id"], r["user_id"]) for r in inserted]
+        if len(inserted) < len(kept):
+            # Redelivered turns: ask again for any embedding still pending, in case the
+            # first delivery committed but never got to publish its request.
+            seen = {r["id"] for r in inserted}
+            for r in await conn.fetch(PENDING_FOR_EVENTS, [d.event.event_id for d in kept]):
+                if r["id"] not in seen:
+                    to_embed.append((r["id"], r["user_id"]))
+
+    await _request_embeddings(publisher, to_embed)
+    if extract:
+        await publisher.publish("extract", extract)
+    return rejected
+
+
+async def _plan_episodes(
+    conn: asyncpg.Connection,
+    batch: Sequence[Delivery[TurnReceived]],
+    stale_window: timedelta,
+    rejected: Rejections,
+) -> _Plan:
+    """Decide each turn's episode: the given one, the chat's open one, or a new one."""
+    plan = _Plan()
+    explicit = {d.event.episode_id for d in batch if d.event.episode_id is not None}
+    owners: dict[uuid.UUID, str] = {}
+    if explicit:
+        owners = {r["id"]: r["user_id"] for r in await conn.fetch(EPISODE_OWNERS, list(explicit))}
+
+    keys = sorted({(d.event.user_id, d.event.provider, d.event.chat_id)
+                   for d in batch if d.event.episode_id is None})
+    current: dict[tuple[str, str, str], _OpenEpisode] = {}
+    if keys:
+        rows = await conn.fetch(
+            OPEN_EPISODES, [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]
+        )
+        current = {
+            (r["user_id"], r["provider"], r["chat_id"]): _OpenEpisode(r["id"], r["last_active_at"])
+            for r in rows
+        }
+
+    for d in batch:
+        ev = d.event
+        if ev.episode_id is not None:
+            owner = owners.get(ev.episode_id)
+            if owner is None and ev.episode_id not in plan.new_episodes:
+                plan.new_episodes[ev.episode_id] = (
+                    ev.user_id, ev.display_name, ev.provider, ev.chat_id, ev.occurred_at
+                )
+                owners[ev.episode_id] = ev.user_id
+            elif owner is not None and owner != ev.user_id:
+                rejected[d.entry_id] = (
+                    f"episode {ev.episode_id} belongs to another user; turn not stored"
+                )
+                continue
+            plan.episode_of[d.entry_id] = ev.episode_id
+            continue
+        key = (ev.user_id, ev.provider, ev.chat_id)
+        open_ep = current.get(key)
+        if open_ep is not None and abs(ev.occurred_at - open_ep.last_active_at) <= stale_window:
+            open_ep.last_active_at = max(open_ep.last_active_at, ev.occurred_at)
+        else:
+            if open_ep is not None and open_ep.id not in plan.new_episodes:
+                plan.stale.add(open_ep.id)
+            open_ep = _OpenEpisode(uuid.uuid4(), ev.occurred_at)
+            current[key] = open_ep
+            plan.new_episodes[open_ep.id] = (
+                ev.user_id, ev.display_name, ev.provider, ev.chat_id, ev.occurred_at
+            )
+        plan.episode_of[d.entry_id] = open_ep.id
+    return plan
+
+
+async def _request_embeddings(
+    publisher: Publisher, rows: Sequence[tuple[int, str]]
+) -> None:
+    by_user: dict[str, list[EmbedTarget]] = defaultdict(list)
+    for message_id, user_id in rows:
+        by_user[user_id].append(EmbedTarget(kind="message", id=str(message_id)))
+    if by_user:
+        await publisher.publish(
+            "embed",
+            [EmbedRequested(user_id=u, targets=t, reason="new") for u, t in by_user.items()],
+        )
+
+
+async def handle_episode_events(
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    deliveries: Sequence[Delivery[EpisodeStarted | EpisodeClosed]],
+) -> Rejections:
+    """Apply episode started / closed events in order; closing asks for extraction."""
+    rejected: Rejections = {}
+    extract: list[ExtractRequested] = []
+    async with pool.acquire() as conn, conn.transaction():
+        for d in sorted(deliveries, key=lambda x: (x.event.occurred_at, x.entry_id)):
+            ev = d.event
+            first = await conn.fetchval(
+                """
+                INSERT INTO processed_events (event_id, consumer) VALUES ($1, $2)
+                ON CONFLICT DO NOTHING RETURNING true
+                """,
+                ev.event_id,
+                CONSUMER,
+            )
+            if isinstance(ev, EpisodeStarted):
+                if first:
+                    reason = await _start_episode(conn, ev, extract)
+                    if reason:
+                        rejected[d.entry_id] = reason
+            else:
+                reason = await _close_episode(conn, ev, extract)
+                if reason:
+                    rejected[d.entry_id] = reason
+    if extract:
+        await publisher.publish("extract", extract)
+    return rejected
+
+
+async def _start_episode(
+    conn: asyncpg.Connection, ev: EpisodeStarted, extract: list[ExtractRequested]
+) -> str | None:
+    owner = await conn.fetchval("SELECT user_id FROM episodes WHERE id = $1", ev.episode_id)
+    if owner is not None:
+        return None if owner == ev.user_id else (
+            f"episode {ev.episode_id} belongs to another user"
+        )
+    await conn.execute(
+        UPSERT_USERS, [ev.user_id], [ev.display_name]
+    )
+    # A new session in a chat ends the chat's previous open one.
+    for row in await conn.fetch(
+        """
+        UPDATE episodes SET status = 'closed', closed_at = $4, updated_at = now()
+        WHERE user_id = $1 AND provider = $2 AND chat_id = $3 AND status = 'open'
+        RETURNING id, user_id
+        """,
+        ev.user_id, ev.provider, ev.chat_id, ev.occurred_at,
+    ):
+        extract.append(ExtractRequested(episode_id=row["id"], user_id=row["user_id"]))
+    await conn.execute(
+        """
+        INSERT INTO episodes (id, user_id, display_name, provider, chat_id, frame, started_at,
+                              last_active_at, metadata)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)
+        ON CONFLICT (id) DO NOTHING
+        """,
+        ev.episode_id, ev.user_id, ev.display_name, ev.provider, ev.chat_id, ev.frame,
+        ev.occurred_at, ev.metadata,
+    )
+    return None
+
+
+async def _close_episode(
+    conn: asyncpg.Connection, ev: EpisodeClosed, extract: list[ExtractRequested]
+) -> str | None:
+    if ev.episode_id is not None:
+        row = await conn.fetchrow(
+            "SELECT id, user_id, status FROM episodes WHERE id = $1", ev.episode_id
+        )
+        if row is None:
+            return None  # nothing was said in it: nothing to close
+        if row["user_id"] != ev.user_id:
+            return f"episode {ev.episode_id} belongs to another user"
+        ids = [row["id"]]
+    else:
+        ids = [
+            r["id"]
+            for r in await conn.fetch(
+                """
+                SELECT id FROM episodes
+                WHERE user_id = $1 AND provider = $2 AND chat_id = $3 AND status = 'open'
+                """,
+                ev.user_id, ev.provider, ev.chat_id,
+            )
+        ]
+    if not ids:
+        return None
+    await conn.execute(
+        """
+        UPDATE episodes
+        SET status = 'closed', closed_at = coalesce(closed_at, $2), updated_at = now()
+        WHERE id = ANY($1::uuid[]) AND status = 'open'
+        """,
+        ids, ev.occurred_at,
+    )
+    # Asked again on a redelivery too: the extractor is idempotent.
+    for episode_id in ids:
+        extract.append(ExtractRequested(episode_id=episode_id, user_id=ev.user_id))
+    return None

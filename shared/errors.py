@@ -1,0 +1,45 @@
+"""engram's exception tree.
+
+EngramError
+├── ConfigError          settings that cannot work (bad URL, missing binary)
+├── InfrastructureError  a server we depend on failed (PostgreSQL, Redis, a provider)
+│   └── ProviderError    an embedding or language-model endpoint failed
+│       └── ProviderUnavailable  timeouts, 429 and 5xx after retries: try again later
+├── InvalidEvent         an event that cannot be parsed or validated: dead-letter it at once
+├── NotFound             the thing asked for does not exist for this user
+└── InvalidRequest       a caller's input breaks a rule (maps to HTTP 4xx)
+
+Driver errors are translated at the boundary with ``raise ... from exc``.
+"""
+
+
+class EngramError(Exception):
+    """Base of every error engram raises on purpose."""
+
+
+class ConfigError(EngramError):
+    """Settings that cannot work."""
+
+
+class InfrastructureError(EngramError):
+    """A server engram depends on failed."""
+
+
+class ProviderError(InfrastructureError):
+    """An embedding or language-model endpoint returned an error."""
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider is down or throttling; the work should be retried later."""
+
+
+class InvalidEvent(EngramError):
+    """An event that cannot be parsed or does not match its schema."""
+
+
+class NotFound(EngramError):
+    """The requested object does not exist for this user."""
+
+
+class InvalidRequest(EngramError):
+    """A caller's input breaks a rule; the message says which."""

@@ -1,0 +1,175 @@
+"""What one service process holds open, and the ops routes every service serves.
+
+A service's composition root (``services/<name>/app.py``) builds a
+:class:`Runtime`, registers its consumers, and uses :meth:`Runtime.lifespan`
+as its FastAPI lifespan. Nothing connects before the lifespan starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import asyncpg
+import redis.asyncio as aioredis
+from fastapi import FastAPI, Response
+from fastapi.responses import JSONResponse
+from faststream.redis import RedisBroker
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import TypeAdapter
+
+from shared.db import create_pool
+from shared.metrics import ServiceMetrics
+from shared.settings import CommonSettings
+from shared.streams import Handler, Publisher, StreamConsumer
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+Hook = Callable[["Runtime"], Awaitable[None]]
+
+
+class Runtime:
+    """PostgreSQL pool, Redis client, FastStream broker, publisher and metrics of one process."""
+
+    def __init__(self, service: str, settings: CommonSettings) -> None:
+        self.service = service
+        self.settings = settings
+        self.metrics = ServiceMetrics(service)
+        self.broker = RedisBroker(settings.require_redis_url(), logger=None)
+        self.consumers: list[StreamConsumer[Any]] = []
+        self.background: list[Callable[[], Awaitable[None]]] = []
+        self.on_start: list[Hook] = []
+        self.on_stop: list[Hook] = []
+        self._pool: asyncpg.Pool | None = None
+        self._redis: aioredis.Redis | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        assert self._pool is not None, "runtime not started"
+        return self._pool
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        assert self._redis is not None, "runtime not started"
+        return self._redis
+
+    @property
+    def publisher(self) -> Publisher:
+        return Publisher(self.redis, self.settings)
+
+    def consume(
+        self,
+        *,
+        stream: str,
+        group: str,
+        adapter: TypeAdapter[T],
+        handle: Handler[T],
+        batch: int | None = None,
+    ) -> StreamConsumer[T]:
+        """Register a consumer group reader for ``stream`` (a logical name, e.g. ``turns``)."""
+        consumer = StreamConsumer(
+            service=self.service,
+            stream=stream,
+            group=group,
+            adapter=adapter,
+            handle=handle,
+            redis=lambda: self.redis,
+            settings=self.settings,
+            metrics=self.metrics,
+            batch=batch,
+        )
+        consumer.register(self.broker)
+        self.consumers.append(consumer)
+        return consumer
+
+    def every(self, seconds: float, job: Callable[[], Awaitable[None]]) -> None:
+        """Run ``job`` periodically while the service runs; failures are logged, not fatal."""
+
+        async def loop() -> None:
+            while True:
+                try:
+                    await job()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - a periodic job must not kill the service
+                    log.exception("%s: periodic job %s failed", self.service, job)
+                await asyncio.sleep(seconds)
+
+        self.background.append(loop)
+
+    async def start(self) -> None:
+        s = self.settings
+        self._pool = await create_pool(
+            s.require_database_url(), min_size=s.db_pool_min, max_size=s.db_pool_max
+        )
+        self._redis = aioredis.from_url(s.require_redis_url())
+        for hook in self.on_start:
+            await hook(self)
+        for c in self.consumers:
+            await c.ensure_group()
+        if self.consumers:
+            self.every(5.0, self._observe)
+        await self.broker.start()
+        self._tasks = [asyncio.create_task(job()) for job in self.background]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await self.broker.stop()
+        for hook in self.on_stop:
+            await hook(self)
+        if self._redis is not None:
+            await self._redis.aclose()
+        if self._pool is not None:
+            await self._pool.close()
+
+    async def _observe(self) -> None:
+        for c in self.consumers:
+            await c.observe()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        await self.start()
+        try:
+            yield
+        finally:
+            await self.stop()
+
+    async def health(self) -> dict[str, Any]:
+        checks: dict[str, Any] = {}
+        try:
+            await self.pool.fetchval("SELECT 1")
+            checks["postgres"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - health reports, it does not raise
+            checks["postgres"] = f"error: {type(exc).__name__}"
+        try:
+            await self.redis.ping()
+            checks["redis"] = "ok"
+        except Exception as exc:  # noqa: BLE001
+            checks["redis"] = f"error: {type(exc).__name__}"
+        return checks
+
+
+def add_ops_routes(app: FastAPI, runtime: Runtime) -> None:
+    """``/health`` (200 when PostgreSQL and Redis answer, else 503) and ``/metrics``."""
+
+    @app.get("/health", tags=["ops"])
+    async def health() -> JSONResponse:
+        checks = await runtime.health()
+        ok = all(v == "ok" for v in checks.values())
+        return JSONResponse(
+            {"service": runtime.service, "status": "ok" if ok else "degraded", **checks},
+            status_code=200 if ok else 503,
+        )
+
+    @app.get("/metrics", tags=["ops"])
+    async def metrics() -> Response:
+        return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,61 @@
+"""Settings shared by every service, read from ``ENGRAM_*`` environment variables.
+
+Each service builds one settings object at start-up and passes it down; nothing
+else reads the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class CommonSettings(BaseSettings):
+    """What every engram process needs to know."""
+
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", env_file=".env", extra="ignore")
+
+    database_url: SecretStr | None = Field(
+        default=None, description="PostgreSQL URL; unset = embedded PostgreSQL under data_dir"
+    )
+    redis_url: SecretStr | None = Field(
+        default=None, description="Redis URL; unset = embedded Redis under data_dir"
+    )
+    data_dir: Path = Field(default=Path(".engram"), description="where embedded servers keep data")
+    stream_prefix: str = Field(default="engram:", description="prefix of every Redis stream")
+    stream_maxlen: int = Field(default=1_000_000, description="approximate cap of each stream")
+    embedding_dim: int = Field(default=384, description="dimension of the vector columns")
+    log_level: str = "INFO"
+    db_pool_min: int = 1
+    db_pool_max: int = 10
+    # consumer plumbing
+    consumer_batch: int = Field(default=500, description="entries read per XREADGROUP")
+    consumer_block_ms: int = Field(default=200, description="how long a read blocks")
+    claim_idle_ms: int = Field(default=30_000, description="pending this long = reclaimable")
+    max_attempts: int = Field(default=5, description="deliveries before dead-lettering")
+    consumer_name: str | None = Field(default=None, description="unique per process; default host-pid")
+    host: str = "127.0.0.1"
+    query_port: int = Field(default=8000, description="the agent API, docs and browser")
+    ingest_port: int = Field(default=8101, description="ingest's /health and /metrics")
+    embedder_port: int = Field(default=8102, description="embedder's /health and /metrics")
+    extractor_port: int = Field(default=8103, description="extractor's /health and /metrics")
+
+    def require_database_url(self) -> str:
+        if self.database_url is None:
+            from shared.errors import ConfigError
+
+            raise ConfigError("ENGRAM_DATABASE_URL is not set and no embedded database was started")
+        return self.database_url.get_secret_value()
+
+    def require_redis_url(self) -> str:
+        if self.redis_url is None:
+            from shared.errors import ConfigError
+
+            raise ConfigError("ENGRAM_REDIS_URL is not set and no embedded Redis was started")
+        return self.redis_url.get_secret_value()
+
+    def stream(self, name: str) -> str:
+        """The full Redis key of a logical stream (``turns`` → ``engram:turns``)."""
+        return f"{self.stream_prefix}{name}"
