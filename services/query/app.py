@@ -10,15 +10,24 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import Histogram
 
+from services.query import rpc
+from services.query.embedding import Resolver, default_resolver
 from services.query.routes import routers
 from services.query.settings import QuerySettings
+from services.query.state import QueryState
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
 from shared.runtime import Runtime, add_ops_routes
 
 
-def create_app(settings: QuerySettings | None = None) -> FastAPI:
+def create_app(
+    settings: QuerySettings | None = None, *, resolver: Resolver | None = None
+) -> FastAPI:
+    """The query service. ``resolver`` picks a user's embedder (default:
+    ``shared.embeddings.resolve_embedder``); tests may pass their own."""
     settings = settings or QuerySettings()
     rt = Runtime("query", settings)
+    state = QueryState.build(settings, resolver or default_resolver(), rt.metrics.registry)
+    rpc.register(rt, state)
     app = FastAPI(
         title="engram",
         summary="Long-term memory for chat assistants and AI agents",
@@ -27,6 +36,7 @@ def create_app(settings: QuerySettings | None = None) -> FastAPI:
     )
     app.state.runtime = rt
     app.state.settings = settings
+    app.state.query = state
     add_ops_routes(app, rt)
     for router in routers():
         app.include_router(router)

@@ -7,6 +7,7 @@ from typing import Annotated
 import asyncpg
 from fastapi import Depends, Request
 
+from services.query.state import QueryState
 from shared.runtime import Runtime
 from shared.streams import Publisher
 
@@ -27,3 +28,11 @@ def publisher(request: Request) -> Publisher:
 Rt = Annotated[Runtime, Depends(runtime)]
 Pool = Annotated[asyncpg.Pool, Depends(pool)]
 Pub = Annotated[Publisher, Depends(publisher)]
+
+
+def query_state(request: Request) -> QueryState:
+    state: QueryState = request.app.state.query
+    return state
+
+
+State = Annotated[QueryState, Depends(query_state)]

@@ -8,6 +8,13 @@ from fastapi import APIRouter
 
 ROUTER_MODULES = [
     "services.query.routes.me",
+    "services.query.routes.memory",
+    "services.query.routes.facts",
+    "services.query.routes.jarvus",
+    "services.query.routes.checkpoints",
+    "services.query.routes.tools",
+    "services.query.routes.users",
+    "services.query.routes.admin",
 ]
 
 

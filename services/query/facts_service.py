@@ -1,0 +1,243 @@
+"""Navi's facts: one value per (user, category, key), searched vector-first.
+
+Facts are ``memory_items`` rows of type ``fact`` with ``category`` and ``key``
+(theme = the category). Guarantees: ``save`` is an upsert on (user, namespace,
+category, key) and re-embeds only when the value changed; ``search`` takes
+vector matches within cosine distance 0.3 first, then trigram similarity
+(pg_trgm) or ILIKE; expired facts are never returned; every write is audited.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from services.query.memory_service import ENSURE_THEME, ENSURE_USER, announce, theme_slug
+from services.query.schemas import FactIn, FactListIn
+from shared.db import audit
+from shared.errors import NotFound
+from shared.streams import Publisher
+
+MAX_DISTANCE = 0.3
+NAMESPACE = "default"
+CONFIDENCE_BY_SOURCE = {"tool_call": 95.0, "auto_discovery": 95.0, "user_explicit": 90.0}
+DEFAULT_CONFIDENCE = 70.0
+
+_LIVE = """category IS NOT NULL AND key IS NOT NULL AND status = 'active'
+    AND superseded_at IS NULL AND (expires_at IS NULL OR expires_at > now())"""
+_FACT_COLUMNS = """id, user_id, category, key, content AS value, source, confidence,
+    expires_at, source_context, created_at, updated_at, last_verified_at"""
+
+UPSERT_FACT = """
+INSERT INTO memory_items (user_id, namespace, theme, type, category, key, content, source,
+                          confidence, expires_at, source_context, last_verified_at)
+VALUES ($1, $2, $3, 'fact', $4, $5, $6, $7, $8, $9, $10, now())
+ON CONFLICT (user_id, namespace, category, key) WHERE category IS NOT NULL AND key IS NOT NULL
+DO UPDATE SET
+    content = EXCLUDED.content, source = EXCLUDED.source, confidence = EXCLUDED.confidence,
+    expires_at = EXCLUDED.expires_at, source_context = EXCLUDED.source_context,
+    status = 'active', superseded_at = NULL, superseded_by = NULL,
+    last_verified_at = now(), updated_at = now(),
+    embedding_state = CASE WHEN memory_items.content = EXCLUDED.content
+                           THEN memory_items.embedding_state ELSE 'pending' END,
+    embedding = CASE WHEN memory_items.content = EXCLUDED.content
+                     THEN memory_items.embedding END
+RETURNING id, (xmax = 0) AS inserted, embedding_state, created_at, updated_at
+"""
+
+SEARCH_VECTOR = f"""
+SELECT {_FACT_COLUMNS}, (embedding <=> $2::vector)::float8 AS distance
+FROM memory_items
+WHERE user_id = $1 AND {_LIVE} AND embedding_state = 'ready'
+  AND (embedding <=> $2::vector) < $3
+ORDER BY embedding <=> $2::vector
+LIMIT $4
+"""
+
+# ($1 NULL = every user: admin only). $2 query, $3 limit, $4 ids already found.
+SEARCH_TRIGRAM = f"""
+SELECT {_FACT_COLUMNS},
+       greatest(similarity(category || ' ' || key || ' ' || content, $2),
+                word_similarity($2, category || ' ' || key || ' ' || content))::float8 AS similarity
+FROM memory_items
+WHERE ($1::text IS NULL OR user_id = $1) AND {_LIVE} AND NOT (id = ANY($4::uuid[]))
+  AND (category || ' ' || key || ' ' || content ILIKE '%' || $5 || '%'
+       OR word_similarity($2, category || ' ' || key || ' ' || content) >= 0.4)
+ORDER BY similarity DESC, updated_at DESC, id
+LIMIT $3
+"""
+
+SEARCH_ILIKE = f"""
+SELECT {_FACT_COLUMNS}
+FROM memory_items
+WHERE ($1::text IS NULL OR user_id = $1) AND {_LIVE} AND NOT (id = ANY($4::uuid[]))
+  AND (category ILIKE '%' || $2 || '%' OR key ILIKE '%' || $2 || '%'
+       OR content ILIKE '%' || $2 || '%')
+ORDER BY updated_at DESC, id
+LIMIT $3
+"""
+
+FORGET = """
+DELETE FROM memory_items
+WHERE user_id = $1 AND key = $2 AND ($3::text IS NULL OR category = $3)
+  AND category IS NOT NULL
+RETURNING id, category
+"""
+
+# ORDER BY column picked from a fixed whitelist (never from the caller's text).
+LIST = """
+SELECT {columns}, count(*) OVER () AS total
+FROM memory_items
+WHERE ($1::text IS NULL OR user_id = $1) AND {live}
+  AND ($2::text IS NULL OR category ILIKE '%' || $2 || '%' OR key ILIKE '%' || $2 || '%'
+       OR content ILIKE '%' || $2 || '%')
+ORDER BY {order} NULLS LAST, category, key, id
+LIMIT $3 OFFSET $4
+"""
+LIST_STATEMENTS = {
+    (col, direction): LIST.format(columns=_FACT_COLUMNS, live=_LIVE, order=f"{col} {direction}")
+    for col in ("category", "key", "created_at", "updated_at", "confidence")
+    for direction in ("asc", "desc")
+}
+
+GET_SUMMARY = "SELECT summary, fact_count, updated_at FROM user_summaries WHERE user_id = $1"
+SET_SUMMARY = f"""
+INSERT INTO user_summaries (user_id, summary, fact_count)
+VALUES ($1, $2, (SELECT count(*) FROM memory_items WHERE user_id = $1 AND {_LIVE}))
+ON CONFLICT (user_id) DO UPDATE
+SET summary = EXCLUDED.summary, fact_count = EXCLUDED.fact_count, updated_at = now()
+RETURNING summary, fact_count, updated_at
+"""
+
+HAS_TRGM = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')"
+
+
+def escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+async def save_fact(
+    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, fact: FactIn, actor: str = "api"
+) -> dict[str, Any]:
+    confidence = fact.confidence
+    if confidence is None:
+        confidence = CONFIDENCE_BY_SOURCE.get(fact.source, DEFAULT_CONFIDENCE)
+    expires_at = (
+        datetime.now(UTC) + timedelta(days=fact.expires_days) if fact.expires_days else None
+    )
+    theme = theme_slug(fact.category)
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(ENSURE_USER, user_id)
+        await conn.execute(ENSURE_THEME, user_id, theme, fact.category)
+        row = await conn.fetchrow(
+            UPSERT_FACT, user_id, NAMESPACE, theme, fact.category, fact.key, fact.value,
+            fact.source, confidence, expires_at, fact.source_context,
+        )
+        assert row is not None
+        action = "create" if row["inserted"] else "update"
+        await audit(conn, user_id=user_id, actor=actor, action=action, entity="fact",
+                    entity_id=str(row["id"]),
+                    details={"category": fact.category, "key": fact.key})
+    if row["embedding_state"] == "pending":
+        await announce(publisher, user_id=user_id, ids=[row["id"]],
+                       change="added" if row["inserted"] else "superseded")
+    return {"id": str(row["id"]), "category": fact.category, "key": fact.key,
+            "created": row["inserted"], "confidence": confidence,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+            "embedding": row["embedding_state"]}
+
+
+async def search_facts(
+    pool: asyncpg.Pool,
+    *,
+    user_id: str | None,
+    query: str,
+    limit: int,
+    vector: list[float] | None,
+    trigram: bool,
+) -> list[dict[str, Any]]:
+    """Vector matches (distance < 0.3) first, then trigram or ILIKE matches."""
+    found: list[dict[str, Any]] = []
+    if vector is not None and user_id is not None:
+        for r in await pool.fetch(SEARCH_VECTOR, user_id, vector, MAX_DISTANCE, limit):
+            found.append({**fact_dict(r), "match": "semantic", "distance": r["distance"]})
+    if len(found) < limit:
+        seen = [uuid.UUID(f["id"]) for f in found]
+        if trigram:
+            rows = await pool.fetch(SEARCH_TRIGRAM, user_id, query, limit - len(found), seen,
+                                    escape_like(query))
+            found += [{**fact_dict(r), "match": "trigram", "similarity": r["similarity"]}
+                      for r in rows]
+        else:
+            rows = await pool.fetch(SEARCH_ILIKE, user_id, escape_like(query),
+                                    limit - len(found), seen)
+            found += [{**fact_dict(r), "match": "substring"} for r in rows]
+    return found
+
+
+async def forget_fact(
+    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, key: str,
+    category: str | None, actor: str = "api",
+) -> dict[str, Any]:
+    async with pool.acquire() as conn, conn.transaction():
+        rows = await conn.fetch(FORGET, user_id, key, category)
+        if not rows:
+            where = f" in category {category!r}" if category else ""
+            raise NotFound(f"no fact with key {key!r}{where}")
+        for r in rows:
+            await audit(conn, user_id=user_id, actor=actor, action="delete", entity="fact",
+                        entity_id=str(r["id"]), details={"category": r["category"], "key": key})
+    await announce(publisher, user_id=user_id, ids=[r["id"] for r in rows], change="deleted",
+                   embed=False)
+    return {"deleted": len(rows), "key": key, "categories": sorted(r["category"] for r in rows)}
+
+
+async def list_facts(
+    pool: asyncpg.Pool, *, user_id: str | None, query: FactListIn
+) -> dict[str, Any]:
+    """One page of facts (``user_id`` None = every user's: admin only)."""
+    rows = await pool.fetch(
+        LIST_STATEMENTS[(query.sort_by, query.sort_order)], user_id,
+        escape_like(query.search) if query.search else None, query.limit, query.offset,
+    )
+    total = rows[0]["total"] if rows else 0
+    return {"facts": [fact_dict(r) for r in rows], "total": total,
+            "limit": query.limit, "offset": query.offset}
+
+
+async def get_summary(pool: asyncpg.Pool, *, user_id: str) -> dict[str, Any]:
+    row = await pool.fetchrow(GET_SUMMARY, user_id)
+    if row is None:
+        return {"summary": None, "fact_count": 0, "updated_at": None}
+    return {"summary": row["summary"], "fact_count": row["fact_count"],
+            "updated_at": row["updated_at"].isoformat()}
+
+
+async def set_summary(
+    pool: asyncpg.Pool, *, user_id: str, summary: str, actor: str = "api"
+) -> dict[str, Any]:
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(ENSURE_USER, user_id)
+        row = await conn.fetchrow(SET_SUMMARY, user_id, summary)
+        assert row is not None
+        await audit(conn, user_id=user_id, actor=actor, action="update", entity="summary",
+                    entity_id=user_id)
+    return {"summary": row["summary"], "fact_count": row["fact_count"],
+            "updated_at": row["updated_at"].isoformat()}
+
+
+async def has_trigram(pool: asyncpg.Pool) -> bool:
+    return bool(await pool.fetchval(HAS_TRGM))
+
+
+def fact_dict(r: asyncpg.Record) -> dict[str, Any]:
+    return {
+        "id": str(r["id"]), "user_id": r["user_id"], "category": r["category"],
+        "key": r["key"], "value": r["value"], "source": r["source"],
+        "confidence": r["confidence"], "source_context": r["source_context"],
+        "expires_at": r["expires_at"].isoformat() if r["expires_at"] else None,
+        "created_at": r["created_at"].isoformat(), "updated_at": r["updated_at"].isoformat(),
+    }

@@ -1,0 +1,267 @@
+"""Memory items: add, get, archive, delete, themes. Plain async use cases.
+
+Guarantees: every statement is scoped by ``user_id``; every create, update,
+archive and delete writes an audit line in the same transaction; a new or
+changed item is left ``embedding_state = 'pending'`` and, after the commit,
+named in an ``EmbedRequested`` on ``embed`` and a ``MemoryChanged`` on
+``memories``. Expired items are invisible to ``get`` as to search.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from shared.db import audit
+from shared.errors import InvalidRequest, NotFound
+from shared.events import EmbedRequested, EmbedTarget, MemoryChanged
+from shared.streams import Publisher
+
+MEMORY_TYPES = (
+    "preference", "fact", "instruction", "summary", "procedure",
+    "episode", "decision", "workflow", "other",
+)
+DEFAULT_THEME = "general"
+MAX_CONTENT_CHARS = 20_000
+
+ENSURE_USER = "INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"
+
+ENSURE_THEME = """
+INSERT INTO themes (user_id, slug, display_name) VALUES ($1, $2, $3)
+ON CONFLICT (user_id, slug) DO NOTHING
+"""
+
+INSERT_ITEM = """
+INSERT INTO memory_items (
+    user_id, namespace, theme, type, content, data, tags, importance,
+    source, source_context, confidence, expires_at
+)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+RETURNING id, created_at, embedding_state
+"""
+
+GET_ITEM = """
+SELECT id, user_id, scope, provider, chat_id, namespace, theme, type, category, key,
+       content, data, tags, subjects, source, source_context, source_message_id,
+       episode_id, confidence, importance, status, expires_at, superseded_at,
+       superseded_by, last_verified_at, last_accessed_at, access_count, created_at,
+       updated_at, embedding_state, embedding_error, embedding_provider,
+       embedding_model, embedding_dims, embedded_at
+FROM memory_items
+WHERE id = $1 AND user_id = $2 AND (expires_at IS NULL OR expires_at > now())
+"""
+
+ARCHIVE_ITEM = """
+UPDATE memory_items SET status = 'archived', updated_at = now()
+WHERE id = $1 AND user_id = $2 AND (expires_at IS NULL OR expires_at > now())
+RETURNING id, status
+"""
+
+DELETE_ITEM = "DELETE FROM memory_items WHERE id = $1 AND user_id = $2 RETURNING id"
+
+LIST_THEMES = """
+SELECT t.slug, t.display_name, t.description,
+       count(m.id) FILTER (WHERE m.status = 'active'
+                           AND (m.expires_at IS NULL OR m.expires_at > now())) AS active_items
+FROM themes t
+LEFT JOIN memory_items m ON m.user_id = t.user_id AND m.theme = t.slug
+WHERE t.user_id = $1
+GROUP BY t.slug, t.display_name, t.description
+ORDER BY active_items DESC, t.slug
+"""
+
+TOUCH_ITEMS = """
+UPDATE memory_items SET last_accessed_at = now(), access_count = access_count + 1
+WHERE user_id = $1 AND id = ANY($2::uuid[])
+"""
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    """What ``add`` stores; ``theme`` None or blank means ``general``."""
+
+    type: str
+    content: str
+    theme: str | None = None
+    tags: tuple[str, ...] = ()
+    namespace: str = "default"
+    data: dict[str, Any] | None = None
+    importance: float = 0.5
+    source: str | None = None
+    source_context: str | None = None
+    confidence: float | None = None
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Added:
+    id: uuid.UUID
+    theme: str
+    created_at: datetime
+    embedding: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": str(self.id), "status": "active", "theme": self.theme,
+                "embedding": self.embedding, "created_at": self.created_at.isoformat()}
+
+
+def theme_slug(theme: str | None) -> str:
+    """``"  Work Projects "`` → ``work-projects``; blank → ``general``."""
+    if theme is None or not theme.strip():
+        return DEFAULT_THEME
+    slug = re.sub(r"[^a-z0-9]+", "-", theme.strip().lower()).strip("-")
+    if not slug:
+        raise InvalidRequest(f"theme {theme!r} has no letters or digits")
+    return slug[:100]
+
+
+def check_type(type_: str) -> str:
+    if type_ not in MEMORY_TYPES:
+        raise InvalidRequest(f"unknown type {type_!r}; use one of {', '.join(MEMORY_TYPES)}")
+    return type_
+
+
+def check_content(content: str) -> str:
+    content = content.replace("\x00", "").strip()
+    if not content:
+        raise InvalidRequest("content must not be empty")
+    if len(content) > MAX_CONTENT_CHARS:
+        raise InvalidRequest(f"content is longer than {MAX_CONTENT_CHARS} characters")
+    return content
+
+
+async def add_memories(
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    user_id: str,
+    items: list[NewMemory],
+    actor: str = "api",
+) -> list[Added]:
+    """Store items (one transaction), then ask for their embeddings."""
+    prepared = [(m, theme_slug(m.theme), check_type(m.type), check_content(m.content))
+                for m in items]
+    added: list[Added] = []
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(ENSURE_USER, user_id)
+        for item, slug, type_, content in prepared:
+            await conn.execute(ENSURE_THEME, user_id, slug, slug.replace("-", " ").title())
+            row = await conn.fetchrow(
+                INSERT_ITEM, user_id, item.namespace, slug, type_, content, item.data or {},
+                list(item.tags), item.importance, item.source, item.source_context,
+                item.confidence, item.expires_at,
+            )
+            assert row is not None
+            await audit(conn, user_id=user_id, actor=actor, action="create", entity="memory",
+                        entity_id=str(row["id"]), details={"type": type_, "theme": slug})
+            added.append(Added(row["id"], slug, row["created_at"], row["embedding_state"]))
+    await announce(publisher, user_id=user_id, ids=[a.id for a in added], change="added")
+    return added
+
+
+async def add_memory(
+    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, item: NewMemory,
+    actor: str = "api",
+) -> Added:
+    return (await add_memories(pool, publisher, user_id=user_id, items=[item], actor=actor))[0]
+
+
+async def announce(
+    publisher: Publisher, *, user_id: str, ids: list[uuid.UUID], change: str,
+    embed: bool = True,
+) -> None:
+    """After the commit: ask the embedder for vectors and tell listeners what changed."""
+    if not ids:
+        return
+    if embed:
+        await publisher.publish("embed", [EmbedRequested(
+            user_id=user_id, targets=[EmbedTarget(kind="memory", id=str(i)) for i in ids],
+        )])
+    await publisher.publish("memories", [
+        MemoryChanged(memory_id=i, user_id=user_id, change=change)  # type: ignore[arg-type]
+        for i in ids
+    ])
+
+
+def parse_id(item_id: str | uuid.UUID) -> uuid.UUID:
+    if isinstance(item_id, uuid.UUID):
+        return item_id
+    try:
+        return uuid.UUID(str(item_id))
+    except ValueError as exc:
+        raise InvalidRequest(f"item_id {item_id!r} is not a memory id (a UUID)") from exc
+
+
+async def get_memory(
+    conn: asyncpg.Pool | asyncpg.Connection, *, user_id: str, item_id: str | uuid.UUID
+) -> dict[str, Any]:
+    """Every field of one item, with its embedding state (Nova 3.2.3)."""
+    row = await conn.fetchrow(GET_ITEM, parse_id(item_id), user_id)
+    if row is None:
+        raise NotFound(f"no memory {item_id}")
+    return record_to_dict(row)
+
+
+async def archive_memory(
+    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, item_id: str | uuid.UUID,
+    actor: str = "api",
+) -> dict[str, Any]:
+    key = parse_id(item_id)
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(ARCHIVE_ITEM, key, user_id)
+        if row is None:
+            raise NotFound(f"no memory {item_id}")
+        await audit(conn, user_id=user_id, actor=actor, action="archive", entity="memory",
+                    entity_id=str(key))
+    await announce(publisher, user_id=user_id, ids=[key], change="archived", embed=False)
+    return {"id": str(key), "status": "archived"}
+
+
+async def delete_memory(
+    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, item_id: str | uuid.UUID,
+    actor: str = "api",
+) -> dict[str, Any]:
+    """Hard delete (Jarvus 4.4); the vector lives in the row, so it goes with it."""
+    key = parse_id(item_id)
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(DELETE_ITEM, key, user_id)
+        if row is None:
+            raise NotFound(f"no memory {item_id}")
+        await audit(conn, user_id=user_id, actor=actor, action="delete", entity="memory",
+                    entity_id=str(key))
+    await announce(publisher, user_id=user_id, ids=[key], change="deleted", embed=False)
+    return {"id": str(key), "deleted": True}
+
+
+async def list_themes(
+    conn: asyncpg.Pool | asyncpg.Connection, *, user_id: str
+) -> list[dict[str, Any]]:
+    rows = await conn.fetch(LIST_THEMES, user_id)
+    return [{"slug": r["slug"], "display_name": r["display_name"],
+             "description": r["description"], "active_items": r["active_items"]} for r in rows]
+
+
+async def touch(
+    conn: asyncpg.Pool | asyncpg.Connection, *, user_id: str, ids: list[uuid.UUID]
+) -> None:
+    """Record an access (Jarvus 4.2: each retrieval updates last accessed)."""
+    if ids:
+        await conn.execute(TOUCH_ITEMS, user_id, ids)
+
+
+def record_to_dict(row: asyncpg.Record) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, uuid.UUID):
+            value = str(value)
+        elif isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, list):
+            value = [str(v) if isinstance(v, uuid.UUID) else v for v in value]
+        out[key] = value
+    return out

@@ -1,0 +1,70 @@
+"""Jarvus: actions, feedback, workflow executions, plain stores, typed retrieval, namespaces."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from services.query import jarvus_service as js
+from services.query import memory_service as ms
+from services.query.auth import UserId
+from services.query.deps import Pool, Pub, State
+from services.query.schemas import ActionIn, FeedbackIn, StoreIn, WorkflowIn
+
+router = APIRouter(prefix="/v1/jarvus", tags=["agent memory (Jarvus)"])
+
+Limit = Annotated[int, Query(ge=1, le=50, description="results, 1-50")]
+QueryText = Annotated[str | None, Query(max_length=2000, description="what to look for")]
+Namespace = Annotated[str, Query(min_length=1, max_length=255)]
+
+
+@router.post("/actions", summary="Store a browser/app action as an episode")
+async def action(body: ActionIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+    return await js.store_action(pool, pub, user_id=user_id, event=body)
+
+
+@router.post("/feedback", summary="Store the user's feedback on a suggestion as an episode")
+async def feedback(body: FeedbackIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+    return await js.store_feedback(pool, pub, user_id=user_id, event=body)
+
+
+@router.post("/workflows", summary="Store a workflow execution (and a procedure if asked)")
+async def workflow(body: WorkflowIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+    return await js.store_workflow(pool, pub, user_id=user_id, event=body)
+
+
+@router.post("/store", summary="Store (or, with memory_id, update) a plain memory")
+async def store(body: StoreIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+    return await js.store_plain(pool, pub, user_id=user_id, body=body)
+
+
+@router.get("/episodes", summary="Episodes, most relevant first")
+async def episodes(user_id: UserId, pool: Pool, state: State, query: QueryText = None,
+                   limit: Limit = 5, namespace: Namespace = "default") -> dict[str, Any]:
+    return {"episodes": await js.retrieve(state, pool, user_id=user_id, kind="episodes",
+                                          query=query, limit=limit, namespace=namespace)}
+
+
+@router.get("/facts", summary="Facts and preferences, most relevant first")
+async def facts(user_id: UserId, pool: Pool, state: State, query: QueryText = None,
+                limit: Limit = 5, namespace: Namespace = "default") -> dict[str, Any]:
+    return {"facts": await js.retrieve(state, pool, user_id=user_id, kind="facts",
+                                       query=query, limit=limit, namespace=namespace)}
+
+
+@router.get("/procedures", summary="Procedures and workflows, most relevant first")
+async def procedures(user_id: UserId, pool: Pool, state: State, query: QueryText = None,
+                     limit: Limit = 5, namespace: Namespace = "default") -> dict[str, Any]:
+    return {"procedures": await js.retrieve(state, pool, user_id=user_id, kind="procedures",
+                                            query=query, limit=limit, namespace=namespace)}
+
+
+@router.get("/namespaces", summary="The user's namespaces with item counts")
+async def namespaces(user_id: UserId, pool: Pool) -> dict[str, Any]:
+    return {"namespaces": await js.namespaces(pool, user_id=user_id)}
+
+
+@router.delete("/memories/{memory_id}", summary="Delete a memory (its embedding goes with it)")
+async def delete(memory_id: str, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+    return await ms.delete_memory(pool, pub, user_id=user_id, item_id=memory_id, actor="jarvus")

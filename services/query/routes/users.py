@@ -1,0 +1,21 @@
+"""Users: right to erasure. A user key may erase its own user; an admin key any user."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, status
+
+from services.query.auth import Caller
+from services.query.deps import Pool
+from services.query.users_service import erase_user
+
+router = APIRouter(prefix="/v1/users", tags=["users"])
+
+
+@router.delete("/{user_id}", summary="Erase a user: every message, memory, vector, person, key")
+async def erase(user_id: str, who: Caller, pool: Pool) -> dict[str, Any]:
+    if not who.is_admin and who.user_id != user_id:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this key cannot erase another user")
+    actor = "admin" if who.is_admin else "user"
+    return await erase_user(pool, user_id=user_id, actor=actor)

@@ -1,0 +1,306 @@
+"""Hybrid memory search (Nova 3.2): PostgreSQL full-text + pgvector cosine, 30/70.
+
+What callers may rely on:
+
+- every statement is scoped to one user (``user_id``), except the admin-only
+  cross-user variant (``user_id=None`` with ``all_users=True``);
+- expired items (``expires_at`` in the past) are never returned; superseded
+  ones only with ``include_superseded``; ``status`` defaults to ``active``;
+- ``*`` or an empty query returns the newest items (mode ``match_all``);
+- otherwise the top 50 of each signal are united, each signal is min-max
+  normalised over that candidate set (the semantic one as ``1 / (1 + distance)``),
+  and ``score = 0.7 * semantic + 0.3 * lexical``, ties newer first then id.
+  When one signal has no candidate at all (no query vector, no ready
+  embedding, or no lexical match) the score is the other signal alone, so the
+  modes ``fts_only`` and ``semantic_only`` still score in [0, 1];
+- a user with few embedded rows is searched exactly; a large one through the
+  HNSW index with pgvector 0.8's iterative scan, so the user filter never
+  starves the result (the trap in DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import asyncpg
+
+from shared.errors import InvalidRequest
+
+Mode = Literal["hybrid", "fts_only", "semantic_only", "match_all"]
+Status = Literal["active", "archived", "any"]
+
+CANDIDATES_PER_SIGNAL = 50
+MAX_LIMIT = 50
+SEMANTIC_WEIGHT = 0.7
+LEXICAL_WEIGHT = 0.3
+# A user with at most this many embedded rows is scanned exactly: cheaper than
+# the index, and immune to the filtered-HNSW trap.
+EXACT_SCAN_MAX_ROWS = 5000
+SNIPPET_CHARS = 280
+
+# $1 user ($1 NULL = every user, admin only), $2 theme, $3 status, $4 types,
+# $5 created since, $6 include superseded, $7 namespace, $8 limit,
+# $9 query text, $10 query vector.
+_USER = "m.user_id = $1"
+_ANY_USER = "($1::text IS NULL OR m.user_id = $1)"
+_FILTERS = """
+      AND ($2::text IS NULL OR m.theme = $2)
+      AND ($3::text = 'any' OR m.status = $3)
+      AND ($4::text[] IS NULL OR m.type = ANY($4))
+      AND ($5::timestamptz IS NULL OR m.created_at >= $5)
+      AND ($6::boolean OR m.superseded_at IS NULL)
+      AND ($7::text IS NULL OR m.namespace = $7)
+      AND (m.expires_at IS NULL OR m.expires_at > now())"""
+_COLUMNS = "m.id, m.user_id, m.namespace, m.theme, m.type, m.content, m.importance, m.created_at"
+
+MATCH_ALL = """
+SELECT {columns}, 0.0::float8 AS score, false AS fts, false AS semantic, 0 AS n_lex, 0 AS n_sem
+FROM memory_items m
+WHERE {scope} {filters}
+ORDER BY m.created_at DESC, m.id
+LIMIT $8
+"""
+
+_LEXICAL = """
+lexical AS (
+    SELECT m.id, ts_rank(m.fts, q.tsq)::float8 AS rank
+    FROM memory_items m, q
+    WHERE {scope} AND m.fts @@ q.tsq {filters}
+    ORDER BY rank DESC, m.created_at DESC, m.id
+    LIMIT {k}
+)"""
+
+_NO_SEMANTIC = """
+semantic AS (SELECT NULL::uuid AS id, NULL::float8 AS sim WHERE false)"""
+
+# Exact: "+ 0" keeps the planner off the HNSW index, so every row of the
+# user's is compared (used when the user has few rows).
+_SEMANTIC_EXACT = """
+semantic AS (
+    SELECT m.id, 1.0 / (1.0 + (m.embedding <=> $10::vector)) AS sim
+    FROM memory_items m
+    WHERE {scope} AND m.embedding_state = 'ready' AND m.embedding IS NOT NULL {filters}
+    ORDER BY (m.embedding <=> $10::vector) + 0, m.id
+    LIMIT {k}
+)"""
+
+# Index: HNSW with hnsw.iterative_scan (set by the caller) keeps walking the
+# graph until enough of this user's rows pass the filter.
+_SEMANTIC_INDEX = """
+semantic AS MATERIALIZED (
+    SELECT m.id, 1.0 / (1.0 + (m.embedding <=> $10::vector)) AS sim
+    FROM memory_items m
+    WHERE {scope} AND m.embedding_state = 'ready' {filters}
+    ORDER BY m.embedding <=> $10::vector
+    LIMIT {k}
+)"""
+
+HYBRID = """
+WITH q AS (SELECT websearch_to_tsquery('english', $9::text) AS tsq),
+{lexical},
+{semantic},
+candidates AS (
+    SELECT id, max(rank) AS rank, max(sim) AS sim
+    FROM (SELECT id, rank, NULL::float8 AS sim FROM lexical
+          UNION ALL
+          SELECT id, NULL::float8, sim FROM semantic) AS c
+    GROUP BY id
+),
+bounds AS (
+    SELECT min(rank) AS lo_r, max(rank) AS hi_r, count(rank) AS n_lex,
+           min(sim) AS lo_s, max(sim) AS hi_s, count(sim) AS n_sem
+    FROM candidates
+),
+scored AS (
+    SELECT c.id, c.rank IS NOT NULL AS fts, c.sim IS NOT NULL AS semantic, b.n_lex, b.n_sem,
+           CASE WHEN c.rank IS NULL THEN 0.0
+                WHEN b.hi_r = b.lo_r THEN 1.0
+                ELSE (c.rank - b.lo_r) / (b.hi_r - b.lo_r) END AS lex_norm,
+           CASE WHEN c.sim IS NULL THEN 0.0
+                WHEN b.hi_s = b.lo_s THEN 1.0
+                ELSE (c.sim - b.lo_s) / (b.hi_s - b.lo_s) END AS sem_norm,
+           CASE WHEN b.n_sem > 0 THEN {w_sem} ELSE 0.0 END AS w_sem,
+           CASE WHEN b.n_lex > 0 THEN {w_lex} ELSE 0.0 END AS w_lex
+    FROM candidates c CROSS JOIN bounds b
+)
+SELECT {columns},
+       ((s.w_sem * s.sem_norm + s.w_lex * s.lex_norm) / (s.w_sem + s.w_lex))::float8 AS score,
+       s.fts, s.semantic, s.n_lex, s.n_sem
+FROM scored s JOIN memory_items m ON m.id = s.id
+ORDER BY score DESC, m.created_at DESC, m.id
+LIMIT $8
+"""
+
+COUNT_READY = """
+SELECT count(*) FROM (
+    SELECT 1 FROM memory_items
+    WHERE user_id = $1 AND embedding_state = 'ready'
+    LIMIT $2
+) AS r
+"""
+
+ITERATIVE_SCAN = """
+SET LOCAL hnsw.iterative_scan = relaxed_order;
+SET LOCAL hnsw.ef_search = 100;
+SET LOCAL hnsw.max_scan_tuples = 50000
+"""
+
+
+def _statement(template: str, *, scope: str, semantic: str = "") -> str:
+    sem = semantic.format(scope=scope, filters=_FILTERS, k=CANDIDATES_PER_SIGNAL)
+    return template.format(
+        columns=_COLUMNS,
+        scope=scope,
+        filters=_FILTERS,
+        lexical=_LEXICAL.format(scope=scope, filters=_FILTERS, k=CANDIDATES_PER_SIGNAL),
+        semantic=sem,
+        w_sem=SEMANTIC_WEIGHT,
+        w_lex=LEXICAL_WEIGHT,
+    )
+
+
+# Named statements, built once from the fixed fragments above (no values inside).
+STATEMENTS: dict[tuple[str, str], str] = {}
+for _name, _scope in (("user", _USER), ("any", _ANY_USER)):
+    STATEMENTS[(_name, "match_all")] = _statement(MATCH_ALL, scope=_scope)
+    STATEMENTS[(_name, "lexical")] = _statement(HYBRID, scope=_scope, semantic=_NO_SEMANTIC)
+    STATEMENTS[(_name, "exact")] = _statement(HYBRID, scope=_scope, semantic=_SEMANTIC_EXACT)
+    STATEMENTS[(_name, "index")] = _statement(HYBRID, scope=_scope, semantic=_SEMANTIC_INDEX)
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """A validated search request."""
+
+    query: str = ""
+    limit: int = 10
+    theme: str | None = None
+    types: tuple[str, ...] | None = None
+    recency_days: int | None = None
+    status: Status = "active"
+    include_superseded: bool = False
+    namespace: str | None = None
+
+    @property
+    def match_all(self) -> bool:
+        return self.query.strip() in ("", "*")
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: uuid.UUID
+    user_id: str
+    namespace: str
+    theme: str
+    type: str
+    content: str
+    importance: float
+    created_at: datetime
+    score: float
+    fts: bool
+    semantic: bool
+
+    def as_result(self) -> dict[str, Any]:
+        """The shape Nova 3.2 specifies for one search result."""
+        return {
+            "id": str(self.id),
+            "theme": self.theme,
+            "type": self.type,
+            "content_snippet": snippet(self.content),
+            "created_at": self.created_at.isoformat(),
+            "score": round(self.score, 6),
+            "signals": {"fts": self.fts, "semantic": self.semantic},
+        }
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    mode: Mode
+    hits: list[Hit] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "results": [h.as_result() for h in self.hits]}
+
+
+def snippet(content: str, limit: int = SNIPPET_CHARS) -> str:
+    return content if len(content) <= limit else content[: limit - 1].rstrip() + "…"
+
+
+def validate_limit(limit: int, maximum: int = MAX_LIMIT) -> int:
+    if limit < 1 or limit > maximum:
+        raise InvalidRequest(f"limit must be between 1 and {maximum}, got {limit}")
+    return limit
+
+
+async def search(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    params: SearchParams,
+    *,
+    user_id: str | None,
+    vector: list[float] | None,
+    all_users: bool = False,
+) -> SearchResult:
+    """Search one user's memories (or, with ``all_users`` and no user, everyone's).
+
+    ``vector`` is the query embedding, or None for full-text-only."""
+    if user_id is None and not all_users:
+        raise InvalidRequest("a search needs a user")
+    validate_limit(params.limit)
+    scope = "user" if user_id is not None and not all_users else "any"
+    since = (
+        datetime.now(UTC) - timedelta(days=params.recency_days)
+        if params.recency_days is not None
+        else None
+    )
+    args: list[Any] = [
+        user_id, params.theme, params.status,
+        list(params.types) if params.types else None, since,
+        params.include_superseded, params.namespace, params.limit,
+    ]
+    if params.match_all:
+        rows = await conn.fetch(STATEMENTS[(scope, "match_all")], *args)
+        return SearchResult("match_all", [_hit(r) for r in rows])
+    args.append(params.query)
+    if vector is None:
+        rows = await conn.fetch(STATEMENTS[(scope, "lexical")], *args)
+        return SearchResult("fts_only", [_hit(r) for r in rows])
+    args.append(vector)
+    if isinstance(conn, asyncpg.Pool):
+        async with conn.acquire() as c:
+            rows = await _semantic_search(c, scope, user_id, args)
+    else:
+        rows = await _semantic_search(conn, scope, user_id, args)
+    return SearchResult(_mode(rows), [_hit(r) for r in rows])
+
+
+async def _semantic_search(
+    conn: asyncpg.Connection, scope: str, user_id: str | None, args: list[Any]
+) -> list[asyncpg.Record]:
+    if scope == "user":
+        ready = await conn.fetchval(COUNT_READY, user_id, EXACT_SCAN_MAX_ROWS + 1)
+        if ready <= EXACT_SCAN_MAX_ROWS:
+            return list(await conn.fetch(STATEMENTS[(scope, "exact")], *args))
+    async with conn.transaction():
+        await conn.execute(ITERATIVE_SCAN)
+        return list(await conn.fetch(STATEMENTS[(scope, "index")], *args))
+
+
+def _mode(rows: list[asyncpg.Record]) -> Mode:
+    if not rows:
+        return "hybrid"
+    n_lex, n_sem = rows[0]["n_lex"], rows[0]["n_sem"]
+    if n_lex and n_sem:
+        return "hybrid"
+    return "semantic_only" if n_sem else "fts_only"
+
+
+def _hit(r: asyncpg.Record) -> Hit:
+    return Hit(
+        id=r["id"], user_id=r["user_id"], namespace=r["namespace"], theme=r["theme"],
+        type=r["type"], content=r["content"], importance=float(r["importance"]),
+        created_at=r["created_at"], score=float(r["score"]), fts=r["fts"],
+        semantic=r["semantic"],
+    )

@@ -1,0 +1,61 @@
+"""What the query service's adapters share: the embedder resolver and search metrics.
+
+Built once in ``create_app`` and stored on ``app.state.query``; HTTP routes, the
+tool executor and the Redis request/reply handler all search through
+:meth:`QueryState.search`, so they behave (and are counted) the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+from prometheus_client import CollectorRegistry, Counter
+
+from services.query.embedding import Resolver, embed_query
+from services.query.search import SearchParams, SearchResult, search
+from shared.settings import CommonSettings
+
+
+@dataclass
+class QueryState:
+    settings: CommonSettings
+    resolver: Resolver
+    searches: Counter
+
+    @classmethod
+    def build(
+        cls, settings: CommonSettings, resolver: Resolver, registry: CollectorRegistry
+    ) -> QueryState:
+        searches = Counter(
+            "engram_searches_total",
+            "Memory searches by mode (hybrid, fts_only, semantic_only, match_all)",
+            ["mode"], registry=registry,
+        )
+        for mode in ("hybrid", "fts_only", "semantic_only", "match_all"):
+            searches.labels(mode)
+        return cls(settings=settings, resolver=resolver, searches=searches)
+
+    async def query_vector(self, pool: asyncpg.Pool, *, user_id: str, text: str) -> list[float] | None:
+        return await embed_query(
+            self.resolver, pool, user_id=user_id, settings=self.settings, text=text
+        )
+
+    async def search(
+        self,
+        pool: asyncpg.Pool,
+        params: SearchParams,
+        *,
+        user_id: str | None,
+        all_users: bool = False,
+    ) -> SearchResult:
+        """Embed the query (unless match-all or cross-user), search, count the mode.
+
+        A cross-user (admin) search is full-text only: users may embed with
+        different models, so one query vector cannot rank them all."""
+        vector = None
+        if not params.match_all and user_id is not None and not all_users:
+            vector = await self.query_vector(pool, user_id=user_id, text=params.query)
+        result = await search(pool, params, user_id=user_id, vector=vector, all_users=all_users)
+        self.searches.labels(result.mode).inc()
+        return result
