@@ -10,6 +10,8 @@ What callers may rely on:
 - otherwise the top 50 of each signal are united, each signal is min-max
   normalised over that candidate set (the semantic one as ``1 / (1 + distance)``),
   and ``score = 0.7 * semantic + 0.3 * lexical``, ties newer first then id.
+  The lexical signal matches any of the query's words (an agent's query is
+  natural language, not a boolean expression) and ``ts_rank`` rewards more;
   When one signal has no candidate at all (no query vector, no ready
   embedding, or no lexical match) the score is the other signal alone, so the
   modes ``fts_only`` and ``semantic_only`` still score in [0, 1];
@@ -99,7 +101,13 @@ semantic AS MATERIALIZED (
 )"""
 
 HYBRID = """
-WITH q AS (SELECT websearch_to_tsquery('english', $9::text) AS tsq),
+WITH q AS (
+    -- any of the query's words (stemmed, stop words dropped); more matches rank higher
+    SELECT array_to_string(ARRAY(
+               SELECT quote_literal(w)
+               FROM unnest(tsvector_to_array(to_tsvector('english', $9::text))) AS w
+           ), ' | ')::tsquery AS tsq
+),
 {lexical},
 {semantic},
 candidates AS (

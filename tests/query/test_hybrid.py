@@ -1,0 +1,185 @@
+"""Hybrid ranking, fallbacks and modes on real PostgreSQL + pgvector."""
+
+import uuid
+
+from services.query.app import create_app
+from services.query.settings import QuerySettings
+from tests.query.helpers import (
+    FailingEmbedder,
+    FixedEmbedder,
+    LocalModel,
+    auth,
+    resolver_for,
+    set_vector,
+    unit,
+)
+from tests.support import running
+
+
+async def _add(client, h, content, type_="fact"):
+    r = await client.post("/v1/memory/add", headers=h, json={"type": type_, "content": content})
+    assert r.status_code == 200, r.text
+    return r.json()["id"]
+
+
+async def _search(client, h, query, **kw):
+    r = await client.post("/v1/memory/search", headers=h, json={"query": query, **kw})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def test_a_paraphrase_outranks_a_weak_lexical_match_with_the_local_model(
+        make_settings, pool, user_id):
+    model = LocalModel()
+    app = create_app(make_settings(QuerySettings), resolver=resolver_for(model))
+    h = await auth(pool, user_id)
+    texts = {
+        "paraphrase": "Drives a crimson automobile",
+        "lexical": "The car park near the office closes at nine in the evening",
+        "other": "Enjoys baking sourdough bread on weekends",
+    }
+    async with running(app) as client:
+        ids = {name: await _add(client, h, text) for name, text in texts.items()}
+        for name, vector in zip(texts, await model.embed(list(texts.values())), strict=True):
+            await set_vector(pool, ids[name], vector)
+        body = await _search(client, h, "red car")
+    assert body["mode"] == "hybrid"
+    order = [r["id"] for r in body["results"]]
+    assert order.index(ids["paraphrase"]) < order.index(ids["lexical"])
+    top = body["results"][0]
+    assert top["id"] == ids["paraphrase"]
+    assert top["signals"] == {"fts": False, "semantic": True}
+    weak = next(r for r in body["results"] if r["id"] == ids["lexical"])
+    assert weak["signals"] == {"fts": True, "semantic": True}
+    # min-max per signal over the candidates: best semantic = 1, the only lexical hit = 1
+    assert top["score"] == 0.7 and weak["score"] >= 0.3
+
+
+async def test_the_score_is_seventy_semantic_thirty_lexical(make_settings, pool, user_id):
+    q = unit(1)
+    embedder = FixedEmbedder({"alpha beta": q})
+    app = create_app(make_settings(QuerySettings), resolver=resolver_for(embedder))
+    h = await auth(pool, user_id)
+    async with running(app) as client:
+        both = await _add(client, h, "alpha beta alpha beta")   # best lexical, mid semantic
+        sem = await _add(client, h, "nothing in common")         # best semantic, no lexical
+        lex = await _add(client, h, "alpha")                     # weak lexical, worst semantic
+        await set_vector(pool, both, unit(2, near=q, noise=0.8))
+        await set_vector(pool, sem, q)
+        await set_vector(pool, lex, unit(3))
+        body = await _search(client, h, "alpha beta")
+        assert body["mode"] == "hybrid"
+        scores = {r["id"]: r["score"] for r in body["results"]}
+        rows = await pool.fetch(
+            "SELECT id::text, 1.0 / (1.0 + (embedding <=> $1)) AS sim, "
+            "ts_rank(fts, 'alpha | beta'::tsquery) AS rank "
+            "FROM memory_items WHERE user_id = $2", __import__("numpy").asarray(q), user_id)
+    sims = {r["id"]: float(r["sim"]) for r in rows}
+    ranks = {r["id"]: float(r["rank"]) for r in rows if r["id"] != sem}
+    def norm(d, k):
+        lo, hi = min(d.values()), max(d.values())
+        return (d[k] - lo) / (hi - lo)
+    for i in (both, sem, lex):
+        expected = 0.7 * norm(sims, i) + 0.3 * (norm(ranks, i) if i in ranks else 0.0)
+        assert abs(scores[i] - expected) < 1e-4, (i, scores[i], expected)
+    assert [r["id"] for r in body["results"]] == sorted(scores, key=lambda k: -scores[k])
+
+
+async def test_full_text_only_without_embedder_failed_embedding_or_no_ready_vectors(
+        make_settings, pool, user_id):
+    h = await auth(pool, user_id)
+    cases = [None, FailingEmbedder(), FixedEmbedder({"tea": unit(9)})]
+    for n, embedder in enumerate(cases):
+        resolver = resolver_for(embedder)
+        app = create_app(make_settings(QuerySettings), resolver=resolver)
+        async with running(app) as client:
+            if n == 0:
+                first = await _add(client, h, "green tea in the afternoon")
+                await _add(client, h, "black coffee at dawn")
+            if n == 1:
+                await set_vector(pool, first, unit(9))  # vectors exist, the query's failed
+            if n == 2:
+                await pool.execute("UPDATE memory_items SET embedding_state = 'pending', "
+                                   "embedding = NULL WHERE user_id = $1", user_id)
+            body = await _search(client, h, "tea")
+            assert body["mode"] == "fts_only", (n, body)
+            assert [r["id"] for r in body["results"]] == [first]
+            assert body["results"][0]["signals"] == {"fts": True, "semantic": False}
+            metrics = (await client.get("/metrics")).text
+            assert 'engram_searches_total{mode="fts_only"} 1.0' in metrics
+
+
+async def test_semantic_only_when_nothing_matches_lexically(make_settings, pool, user_id):
+    q = unit(20)
+    app = create_app(make_settings(QuerySettings),
+                     resolver=resolver_for(FixedEmbedder({"vehicle": q})))
+    h = await auth(pool, user_id)
+    async with running(app) as client:
+        near = await _add(client, h, "drives a red hatchback")
+        far = await _add(client, h, "likes jazz")
+        await set_vector(pool, near, unit(21, near=q, noise=0.3))
+        await set_vector(pool, far, unit(22))
+        body = await _search(client, h, "vehicle")
+        assert body["mode"] == "semantic_only"
+        assert [r["id"] for r in body["results"]] == [near, far]
+        assert body["results"][0]["score"] == 1.0 and body["results"][1]["score"] == 0.0
+        assert all(r["signals"] == {"fts": False, "semantic": True} for r in body["results"])
+        body = await _search(client, h, "*")
+        assert body["mode"] == "match_all"
+        metrics = (await client.get("/metrics")).text
+        assert 'engram_searches_total{mode="semantic_only"} 1.0' in metrics
+        assert 'engram_searches_total{mode="match_all"} 1.0' in metrics
+
+
+async def test_ties_go_to_the_newer_item_then_the_smaller_id(make_settings, pool, user_id):
+    app = create_app(make_settings(QuerySettings))
+    h = await auth(pool, user_id)
+    async with running(app) as client:
+        ids = [await _add(client, h, "identical twin text") for _ in range(3)]
+        await pool.execute("UPDATE memory_items SET created_at = now() - interval '1 day' "
+                           "WHERE id = $1::uuid", ids[0])
+        await pool.execute("UPDATE memory_items SET created_at = '2030-01-01' "
+                           "WHERE id = ANY($1::uuid[])", ids[1:])
+        body = await _search(client, h, "identical twin")
+    assert {r["score"] for r in body["results"]} == {1.0}
+    assert [r["id"] for r in body["results"]] == sorted(ids[1:], key=uuid.UUID) + [ids[0]]
+
+
+async def test_a_user_with_50_items_among_many_still_gets_k_results(make_settings, pool):
+    """The filtered-HNSW trap: many rows of another user near the query must not
+    starve a small user's result, through either the exact or the index path."""
+    import numpy as np
+
+    from services.query import search as search_module
+
+    big, small = f"big-{uuid.uuid4().hex[:8]}", f"small-{uuid.uuid4().hex[:8]}"
+    q = np.asarray(unit(100), dtype=np.float32)
+    rng = np.random.default_rng(7)
+    await pool.execute("INSERT INTO users (id) VALUES ($1), ($2)", big, small)
+
+    def rows(user, n, spread):
+        vecs = q + spread * rng.standard_normal((n, 384)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        return [(user, "fact", f"note {i}", v, "ready") for i, v in enumerate(vecs)]
+
+    async with pool.acquire() as conn:
+        await conn.copy_records_to_table(
+            "memory_items", records=rows(big, 6000, 0.02) + rows(small, 50, 0.2),
+            columns=["user_id", "type", "content", "embedding", "embedding_state"])
+    params = search_module.SearchParams(query="zebra", limit=20)
+    for user in (small, big):
+        result = await search_module.search(pool, params, user_id=user, vector=list(q))
+        assert len(result.hits) == 20 and {h.user_id for h in result.hits} == {user}
+        assert result.mode == "semantic_only"
+    # force the index path for the small user too: iterative scan must still fill k
+    async with pool.acquire() as conn:
+        args = [small, None, "active", None, None, False, None, 20, "zebra", q]
+        got = await search_module._semantic_search(conn, "any", small, args)
+    assert len(got) == 20 and {r["user_id"] for r in got} == {small}
+    # and the big user's search really walks the HNSW index (not an exact scan)
+    await pool.execute("ANALYZE memory_items")
+    args[0] = big
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(search_module.ITERATIVE_SCAN)
+        plan = await conn.fetch("EXPLAIN " + search_module.STATEMENTS[("user", "index")], *args)
+    assert "hnsw" in "\n".join(r[0] for r in plan)
