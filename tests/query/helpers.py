@@ -50,13 +50,16 @@ async def set_vector(pool: asyncpg.Pool, item_id: str | uuid.UUID,
 
 
 class FixedEmbedder:
-    """A test double of the Embedder protocol: a fixed vector per text."""
+    """A test double of the Embedder protocol: a fixed vector per known text,
+    an unrelated (seeded) one for any other."""
 
     def __init__(self, vectors: dict[str, list[float]]) -> None:
         self.vectors = vectors
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        return [self.vectors[t] for t in texts]
+        import zlib
+
+        return [self.vectors.get(t) or unit(zlib.crc32(t.encode())) for t in texts]
 
 
 class FailingEmbedder:
