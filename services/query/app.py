@@ -69,7 +69,10 @@ def _install_error_handlers(app: FastAPI) -> None:
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
             parts.append(f"{loc}: {err.get('msg')}")
         return JSONResponse(
-            {"error": "invalid_request", "detail": "; ".join(parts), "errors": exc.errors()[:10]},
+            {"error": "invalid_request", "detail": "; ".join(parts),
+             # loc/msg/type only: "ctx" may hold an exception object, not JSON
+             "errors": [{k: e[k] for k in ("loc", "msg", "type") if k in e}
+                        for e in exc.errors()[:10]]},
             status_code=422,
         )
 
