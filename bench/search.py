@@ -275,9 +275,9 @@ async def _bench(args: argparse.Namespace, settings: CommonSettings) -> dict[str
         for user in (BIG, small_user):
             for c in (1, 16):
                 n = args.n if c == 1 else args.n * 2
-                await measure(lambda i, u=user: fn(u, i), 20, c)  # warm up
+                await measure(lambda i, u=user, f=fn: f(u, i), 20, c)  # warm up
                 key = f"{name}/{'big' if user == BIG else 'regular'}/c{c}"
-                results[key] = await measure(lambda i, u=user: fn(u, i), n, c)
+                results[key] = await measure(lambda i, u=user, f=fn: f(u, i), n, c)
                 log(f"  {key}: {results[key]}")
     got = await search(pool, SearchParams(query="w1 w2", limit=10), user_id=SMALL,
                        vector=queries[0][1])

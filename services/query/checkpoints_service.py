@@ -25,7 +25,10 @@ WHERE user_id = $1 AND thread_id = $2
 ORDER BY created_at DESC, step DESC LIMIT 1
 """
 
-ONE = f"SELECT {_COLUMNS} FROM checkpoints WHERE user_id = $1 AND thread_id = $2 AND checkpoint_id = $3"
+ONE = f"""
+SELECT {_COLUMNS} FROM checkpoints
+WHERE user_id = $1 AND thread_id = $2 AND checkpoint_id = $3
+"""
 
 SAVE = f"""
 INSERT INTO checkpoints (user_id, thread_id, checkpoint_id, parent_id, agent_id, step, state)

@@ -71,6 +71,9 @@ async def embed_query(
         return None
     fitted = fit_dimension(vectors[0], settings.embedding_dim)
     if fitted is None:
-        log.warning("query vector has %d dimensions, more than the column's %d",
-                    len(vectors[0]), settings.embedding_dim)
+        log.warning(
+            "query vector has %d dimensions, more than the column's %d",
+            len(vectors[0]),
+            settings.embedding_dim,
+        )
     return fitted

@@ -9,7 +9,6 @@ with substring matches, and marks what it returns as accessed.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any, Literal
 
 import asyncpg

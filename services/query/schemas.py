@@ -13,8 +13,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from services.query.search import MAX_LIMIT, SearchParams
 
 MemoryType = Literal[
-    "preference", "fact", "instruction", "summary", "procedure",
-    "episode", "decision", "workflow", "other",
+    "preference",
+    "fact",
+    "instruction",
+    "summary",
+    "procedure",
+    "episode",
+    "decision",
+    "workflow",
+    "other",
 ]
 Text = Annotated[str, Field(max_length=20_000)]
 
@@ -24,20 +31,30 @@ class Body(BaseModel):
 
 
 class SearchIn(Body):
-    query: Annotated[str, Field(max_length=2000, description="words to find; '*' or empty = newest first")] = ""
+    query: Annotated[
+        str, Field(max_length=2000, description="words to find; '*' or empty = newest first")
+    ] = ""
     limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="results, 1-50")] = 10
     theme: str | None = Field(default=None, description="only this theme (slug)")
     types: list[MemoryType] | None = Field(default=None, description="only these types")
-    recency_days: Annotated[int | None, Field(ge=1, le=36500, description="only items newer than this many days")] = None
-    status: Literal["active", "archived", "any"] = Field(default="active", description="active (default), archived or any")
+    recency_days: Annotated[
+        int | None, Field(ge=1, le=36500, description="only items newer than this many days")
+    ] = None
+    status: Literal["active", "archived", "any"] = Field(
+        default="active", description="active (default), archived or any"
+    )
     include_superseded: bool = Field(default=False, description="also items replaced by newer ones")
 
     def params(self, namespace: str | None = None) -> SearchParams:
         return SearchParams(
-            query=self.query, limit=self.limit, theme=self.theme,
+            query=self.query,
+            limit=self.limit,
+            theme=self.theme,
             types=tuple(self.types) if self.types else None,
-            recency_days=self.recency_days, status=self.status,
-            include_superseded=self.include_superseded, namespace=namespace,
+            recency_days=self.recency_days,
+            status=self.status,
+            include_superseded=self.include_superseded,
+            namespace=namespace,
         )
 
 
@@ -121,7 +138,9 @@ class StoreIn(Body):
     text: Annotated[str, Field(min_length=1, max_length=20_000)]
     type: MemoryType = "fact"
     importance: Annotated[float, Field(ge=0, le=100)] = 1.0
-    memory_id: str | None = Field(default=None, description="update this memory instead of adding one")
+    memory_id: str | None = Field(
+        default=None, description="update this memory instead of adding one"
+    )
     data: dict[str, Any] = Field(default_factory=dict)
     namespace: Annotated[str, Field(min_length=1, max_length=255)] = "default"
 
@@ -135,7 +154,9 @@ class CheckpointIn(Body):
 
 
 class AdminSearchIn(SearchIn):
-    user_id: str | None = Field(default=None, description="one user; omitted = every user (full-text)")
+    user_id: str | None = Field(
+        default=None, description="one user; omitted = every user (full-text)"
+    )
 
     @field_validator("user_id")
     @classmethod

@@ -30,13 +30,16 @@ class QueryState:
         searches = Counter(
             "engram_searches_total",
             "Memory searches by mode (hybrid, fts_only, semantic_only, match_all)",
-            ["mode"], registry=registry,
+            ["mode"],
+            registry=registry,
         )
         for mode in ("hybrid", "fts_only", "semantic_only", "match_all"):
             searches.labels(mode)
         return cls(settings=settings, resolver=resolver, searches=searches)
 
-    async def query_vector(self, pool: asyncpg.Pool, *, user_id: str, text: str) -> list[float] | None:
+    async def query_vector(
+        self, pool: asyncpg.Pool, *, user_id: str, text: str
+    ) -> list[float] | None:
         return await embed_query(
             self.resolver, pool, user_id=user_id, settings=self.settings, text=text
         )

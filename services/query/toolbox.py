@@ -134,7 +134,9 @@ def parse_arguments(arguments: Any) -> dict[str, Any]:
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
-            raise ToolError(f"arguments are not valid JSON: {exc.msg} at position {exc.pos}") from exc
+            raise ToolError(
+                f"arguments are not valid JSON: {exc.msg} at position {exc.pos}"
+            ) from exc
     if not isinstance(arguments, dict):
         raise ToolError("arguments must be a JSON object")
     return arguments

@@ -25,8 +25,9 @@ async def admin_auth(pool: asyncpg.Pool) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
 
 
-def unit(seed: int, dim: int = 384, *, near: Sequence[float] | None = None,
-         noise: float = 0.0) -> list[float]:
+def unit(
+    seed: int, dim: int = 384, *, near: Sequence[float] | None = None, noise: float = 0.0
+) -> list[float]:
     """A deterministic unit vector (optionally a noisy copy of ``near``)."""
     import numpy as np
 
@@ -37,15 +38,15 @@ def unit(seed: int, dim: int = 384, *, near: Sequence[float] | None = None,
     return list((v / np.linalg.norm(v)).astype(float))
 
 
-async def set_vector(pool: asyncpg.Pool, item_id: str | uuid.UUID,
-                     vector: Sequence[float]) -> None:
+async def set_vector(pool: asyncpg.Pool, item_id: str | uuid.UUID, vector: Sequence[float]) -> None:
     """What the embedder does when it finishes: store the vector, mark it ready."""
     import numpy as np
 
     await pool.execute(
         "UPDATE memory_items SET embedding = $2, embedding_state = 'ready', "
         "embedded_at = now() WHERE id = $1",
-        uuid.UUID(str(item_id)), np.asarray(vector, dtype=np.float32),
+        uuid.UUID(str(item_id)),
+        np.asarray(vector, dtype=np.float32),
     )
 
 
@@ -70,6 +71,7 @@ class FailingEmbedder:
 def resolver_for(embedder: Any):  # noqa: ANN201 - a Resolver
     async def resolve(pool: asyncpg.Pool, user_id: str, settings: Any) -> Any:
         return embedder
+
     return resolve
 
 
