@@ -6,19 +6,28 @@ import time
 from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request, Response
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import Histogram
 
+from services.query.context.tools import HintCache
+from services.query.embedding import EmbedderFor, full_text_only
 from services.query.routes import routers
+from services.query.supersede import register as register_supersession
 from services.query.settings import QuerySettings
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
 from shared.runtime import Runtime, add_ops_routes
 
 
-def create_app(settings: QuerySettings | None = None) -> FastAPI:
+def create_app(
+    settings: QuerySettings | None = None, *, embedder_for: EmbedderFor | None = None
+) -> FastAPI:
+    """The query service. ``embedder_for`` picks each user's embedder (default: their
+    configured provider); tests pass one to simulate a provider that is down."""
     settings = settings or QuerySettings()
     rt = Runtime("query", settings)
+    register_supersession(rt)
     app = FastAPI(
         title="engram",
         summary="Long-term memory for chat assistants and AI agents",
@@ -27,6 +36,8 @@ def create_app(settings: QuerySettings | None = None) -> FastAPI:
     )
     app.state.runtime = rt
     app.state.settings = settings
+    app.state.embedder_for = embedder_for or full_text_only
+    app.state.hint_cache = HintCache()
     add_ops_routes(app, rt)
     for router in routers():
         app.include_router(router)
@@ -59,7 +70,9 @@ def _install_error_handlers(app: FastAPI) -> None:
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
             parts.append(f"{loc}: {err.get('msg')}")
         return JSONResponse(
-            {"error": "invalid_request", "detail": "; ".join(parts), "errors": exc.errors()[:10]},
+            {"error": "invalid_request", "detail": "; ".join(parts),
+             # a validator's error carries its exception in ctx: make it text
+             "errors": jsonable_encoder(exc.errors()[:10], custom_encoder={Exception: str})},
             status_code=422,
         )
 

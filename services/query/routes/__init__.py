@@ -8,6 +8,8 @@ from fastapi import APIRouter
 
 ROUTER_MODULES = [
     "services.query.routes.me",
+    "services.query.routes.people",
+    "services.query.routes.context",
 ]
 
 
