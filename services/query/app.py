@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import Histogram
 
 from services.query.context.tools import HintCache
-from services.query.embedding import EmbedderFor, full_text_only
+from services.query.people_embedder import Resolver, default_resolver
 from services.query.routes import routers
 from services.query.supersede import register as register_supersession
 from services.query.settings import QuerySettings
@@ -21,10 +21,10 @@ from shared.runtime import Runtime, add_ops_routes
 
 
 def create_app(
-    settings: QuerySettings | None = None, *, embedder_for: EmbedderFor | None = None
+    settings: QuerySettings | None = None, *, resolver: Resolver | None = None
 ) -> FastAPI:
-    """The query service. ``embedder_for`` picks each user's embedder (default: their
-    configured provider); tests pass one to simulate a provider that is down."""
+    """The query service. ``resolver`` picks a user's embedder (default:
+    ``shared.embeddings.resolve_embedder``); tests may pass their own."""
     settings = settings or QuerySettings()
     rt = Runtime("query", settings)
     register_supersession(rt)
@@ -36,7 +36,7 @@ def create_app(
     )
     app.state.runtime = rt
     app.state.settings = settings
-    app.state.embedder_for = embedder_for or full_text_only
+    app.state.people_resolver = resolver or default_resolver()
     app.state.hint_cache = HintCache()
     add_ops_routes(app, rt)
     for router in routers():

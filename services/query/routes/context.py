@@ -11,7 +11,7 @@ from services.query.context.sections import assemble_sections
 from services.query.context.summary import assemble_summary
 from services.query.context.tools import assemble_tools
 from services.query.deps import Pool
-from services.query.embedding import QueryEmbedder
+from services.query.people_embedder import QueryEmbedder
 from shared.memory.recall import embed_query
 
 router = APIRouter(prefix="/v1", tags=["context"])
