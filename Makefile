@@ -43,3 +43,6 @@ bench-ingest: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+bench-context: $(STAMP)
+	$(BIN)/python -m bench.context

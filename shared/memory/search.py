@@ -13,7 +13,9 @@ first at equal score. Without a query vector the search is full-text only.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -78,6 +80,8 @@ ORDER BY score DESC, created_at DESC
 LIMIT $9
 """
 
+ITERATIVE = "SET LOCAL hnsw.iterative_scan = relaxed_order"
+
 IS_MEMBER = """
 SELECT EXISTS (SELECT 1 FROM episodes WHERE user_id = $1 AND provider = $2 AND chat_id = $3)
 """
@@ -138,6 +142,21 @@ class MessageHit:
     similarity: float | None
 
 
+@contextlib.asynccontextmanager
+async def _iterative(
+    conn: asyncpg.Connection | asyncpg.Pool,
+) -> AsyncIterator[asyncpg.Connection]:
+    """A transaction where HNSW scans keep going until the user filter yields k rows."""
+    if isinstance(conn, asyncpg.Pool):
+        async with conn.acquire() as c, c.transaction():
+            await c.execute(ITERATIVE)
+            yield c
+    else:
+        async with conn.transaction():
+            await conn.execute(ITERATIVE)
+            yield conn
+
+
 async def is_member(conn: asyncpg.Connection | asyncpg.Pool, user_id: str, chat: Chat) -> bool:
     """Whether ``user_id`` has a session in ``chat`` (and so sees its shared memories)."""
     return bool(await conn.fetchval(IS_MEMBER, user_id, chat.provider, chat.chat_id))
@@ -158,11 +177,12 @@ async def search_memories(
     limit: int = 10,
 ) -> list[MemoryHit]:
     """The ``limit`` best visible memories for ``query`` (see the module doc)."""
-    rows = await conn.fetch(
-        SEARCH_MEMORIES, user_id, vector, query,
-        chat.provider if chat else None, chat.chat_id if chat else None, member,
-        subject, include_superseded, limit, model, types,
-    )
+    async with _iterative(conn) as c:
+        rows = await c.fetch(
+            SEARCH_MEMORIES, user_id, vector, query,
+            chat.provider if chat else None, chat.chat_id if chat else None, member,
+            subject, include_superseded, limit, model, types,
+        )
     return [_memory(r) for r in rows]
 
 
@@ -190,8 +210,9 @@ async def search_messages(
     """This user's past messages like ``message``: above ``threshold`` cosine similarity
     when a vector is given, else full-text matches. The message itself is left out."""
     if vector is not None:
-        rows = await conn.fetch(SEARCH_MESSAGES_SEMANTIC, user_id, vector, message, limit,
-                                model, threshold)
+        async with _iterative(conn) as c:
+            rows = await c.fetch(SEARCH_MESSAGES_SEMANTIC, user_id, vector, message, limit,
+                                 model, threshold)
     else:
         rows = await conn.fetch(SEARCH_MESSAGES_TEXT, user_id, message, message, limit)
     return [
