@@ -95,7 +95,9 @@ REQUEUE_DUE = f"""
 UPDATE episodes e SET extract_requested_at = now()
 FROM (SELECT id FROM episodes e
       WHERE e.status = 'closed' AND e.updated_at < now() - $1::interval
-        AND (e.extract_requested_at IS NULL OR e.extract_requested_at < now() - $1::interval)
+        AND (e.extract_requested_at IS NULL
+             OR e.extract_requested_at <= e.extracted_at  -- that request was served
+             OR e.extract_requested_at < now() - $1::interval)  -- that request was lost
         AND {DUE}
       ORDER BY e.last_active_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
 WHERE e.id = d.id
