@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 import httpx
@@ -50,7 +51,7 @@ def create_app(
     rt.on_start.append(start)
     rt.on_stop.append(stop)
 
-    async def on_extract(batch: list[Delivery[ExtractRequested]]) -> Rejections:
+    async def on_extract(batch: Sequence[Delivery[ExtractRequested]]) -> Rejections:
         return await service.handle_requests(holder["x"], batch)
 
     idle = timedelta(minutes=settings.stale_after_minutes)

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -81,7 +81,7 @@ def _clip(text: str, limit: int = TOOL_OUTPUT_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def from_messages(rows: Iterable[Mapping[str, Any]], *, user_name: str | None) -> Transcript:
+def from_messages(rows: Iterable[Any], *, user_name: str | None) -> Transcript:
     """Build a transcript from ``messages`` rows (role, content, tool_name, tool_args,
     tool_result, display_name, occurred_at), in the order given."""
     lines: list[Line] = []

@@ -17,7 +17,8 @@ _NUMBERS = {
     "a few": 3, "few": 3,
 }
 _PREPOSITIONS = {"since", "until", "till", "from", "before", "after", "by", "on", "as of"}
-_NUM = r"(\d{1,3}|a couple of|couple of|a few|few|an|a|one|two|three|four|five|six|seven|eight|nine|ten)"
+_NUM = (r"(\d{1,3}|a couple of|couple of|a few|few|an|a|one|two|three|four|five|six|seven"
+        r"|eight|nine|ten)")
 
 
 def fmt(d: date) -> str:

@@ -186,7 +186,8 @@ async def record_decision(
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
         memory_id = await conn.fetchval(
-            INSERT_DECISION, user_id, text, data, list(tags), redact(original) if original else None,
+            INSERT_DECISION, user_id, text, data, list(tags),
+            redact(original) if original else None,
             episode_id, provider if scope == "chat" else None,
             chat_id if scope == "chat" else None, scope,
         )

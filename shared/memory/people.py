@@ -86,7 +86,9 @@ def _person(row: asyncpg.Record) -> Person:
     return Person(row["id"], row["name"], row["relation"], tuple(row["aliases"] or ()))
 
 
-def parse_reference(reference: str, content_hint: str | None = None) -> tuple[str | None, str | None]:
+def parse_reference(
+    reference: str, content_hint: str | None = None
+) -> tuple[str | None, str | None]:
     """(name, relation) of a reference: "my wife Sarah" → ("Sarah", "wife")."""
     ref = " ".join(reference.strip().split())
     m = _PAREN.match(ref)  # "Sarah (my wife)" / "my wife (Sarah)"

@@ -26,7 +26,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("credential", re.compile(
         r"(?i)\b(?:api[\s_-]?key|access[\s_-]?key|access[\s_-]?token|auth[\s_-]?token|"
         r"secret(?:[\s_-]?key)?|client[\s_-]?secret|token|PAT)\b"
-        r"(?:\s+(?:for|to|of|on)\s+[\w .@'-]{1,40}?)?\s*(?:is|was|=|:)\s*[\"'`]?[A-Za-z0-9_./+=-]{8,}"
+        r"(?:\s+(?:for|to|of|on)\s+[\w .@'-]{1,40}?)?\s*(?:is|was|=|:)\s*"
+        r"[\"'`]?[A-Za-z0-9_./+=-]{8,}"
     )),
     ("social security number", re.compile(r"\b\d{3}-\d{2}-\d{4}\b")),
     ("random-looking string", re.compile(

@@ -138,7 +138,8 @@ async def _seed_episode(pool: asyncpg.Pool, user_id: str, *, status: str, idle: 
                                  last_active_at, turn_count, extracted_at, extracted_turn_count,
                                  updated_at)
            VALUES (gen_random_uuid(), $1, 'test', $2, $3, $4::timestamptz, $4, 2,
-                   CASE WHEN $5 THEN $4::timestamptz + interval '1 second' END, CASE WHEN $5 THEN 2 END, $4)
+                   CASE WHEN $5 THEN $4::timestamptz + interval '1 second' END,
+                   CASE WHEN $5 THEN 2 END, $4)
            RETURNING id""",
         user_id, f"chat-{status}-{idle.total_seconds()}", status, at, extracted)
 
