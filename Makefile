@@ -41,6 +41,10 @@ publish: $(STAMP)
 bench-ingest: $(STAMP)
 	$(BIN)/python -m bench.ingest
 
+LOCOMO ?= ../shared/data/locomo/locomo10.json
+bench-extract: $(STAMP)
+	$(BIN)/python -m bench.extract $(LOCOMO)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 

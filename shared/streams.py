@@ -31,7 +31,8 @@ import asyncpg
 import redis.asyncio as aioredis
 from faststream import AckPolicy
 from faststream.redis import RedisBroker, StreamSub
-from faststream.redis.annotations import RedisBatchStreamMessage, RedisStreamMessage
+from faststream.message import StreamMessage
+from faststream.redis.annotations import RedisStreamMessage
 from pydantic import TypeAdapter, ValidationError
 
 from shared.errors import InfrastructureError, InvalidEvent
@@ -172,6 +173,8 @@ class StreamConsumer(Generic[T]):
                 polling_interval=self.settings.consumer_block_ms,
             ),
             ack_policy=AckPolicy.MANUAL,
+            parser=_raw_batch,
+            decoder=_no_body,
             title=f"{self.service}:{self.stream_name}",
         )
         claimer = broker.subscriber(
@@ -187,7 +190,7 @@ class StreamConsumer(Generic[T]):
         )
 
         @reader
-        async def on_batch(body: Any, msg: RedisBatchStreamMessage) -> None:
+        async def on_batch(body: Any, msg: StreamMessage[Any]) -> None:
             raw = msg.raw_message
             ids = [i.decode() if isinstance(i, bytes) else str(i) for i in raw["message_ids"]]
             await self.process(list(zip(ids, raw["data"], strict=True)), attempts=None)
@@ -327,6 +330,18 @@ class StreamConsumer(Generic[T]):
             lag = g.get("lag")
             if lag is not None:
                 self.metrics.lag.labels(self.stream_name).set(int(lag))
+
+
+async def _raw_batch(msg: Any) -> StreamMessage[Any]:
+    """Hand the batch over untouched: we parse each entry ourselves, once.
+
+    FastStream's default batch parser JSON-decodes and re-encodes every entry,
+    which costs more than storing it."""
+    return StreamMessage(raw_message=msg, body=b"")
+
+
+async def _no_body(msg: StreamMessage[Any]) -> None:
+    return None
 
 
 def _describe(exc: BaseException) -> str:

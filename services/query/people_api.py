@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from shared.events import EmbedRequested, EmbedTarget, MemoryChanged
 from shared.memory.recall import recall
 from shared.memory.remember import MAX_DAYS, Chat, Fact, Remembered, remember
-from shared.memory.vectors import TextEmbedder
+from shared.memory.vectors import ModelEmbedder
 from shared.streams import Publisher
 
 Subjects = Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]],
@@ -114,7 +114,7 @@ def remembered_json(result: Remembered) -> dict[str, Any]:
 
 async def do_remember(
     pool: asyncpg.Pool, pub: Publisher, user_id: str, body: RememberIn, *,
-    embedder: TextEmbedder | None, embedding_dim: int, actor: str,
+    embedder: ModelEmbedder | None, embedding_dim: int, actor: str,
 ) -> dict[str, Any]:
     """Store, then publish: MemoryChanged for each new and superseded memory, and
     EmbedRequested for those left pending (their supersession check follows)."""
@@ -136,7 +136,7 @@ async def do_remember(
 
 async def do_recall(
     pool: asyncpg.Pool, user_id: str, body: RecallIn, *,
-    embedder: TextEmbedder | None, embedding_dim: int,
+    embedder: ModelEmbedder | None, embedding_dim: int,
 ) -> dict[str, Any]:
     result = await recall(
         pool, user_id, body.query, about=body.about,

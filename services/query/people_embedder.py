@@ -18,17 +18,17 @@ from fastapi import Depends, Request
 
 from services.query.auth import UserId
 from shared.errors import EngramError, ProviderUnavailable
-from shared.memory.vectors import TextEmbedder
+from shared.memory.vectors import ModelEmbedder
 from shared.settings import CommonSettings
 
 log = logging.getLogger(__name__)
 
-Resolver = Callable[[asyncpg.Pool, str, CommonSettings], Awaitable[TextEmbedder | None]]
+Resolver = Callable[[asyncpg.Pool, str, CommonSettings], Awaitable[ModelEmbedder | None]]
 
 
 async def full_text_only(
     pool: asyncpg.Pool, user_id: str, settings: CommonSettings
-) -> TextEmbedder | None:
+) -> ModelEmbedder | None:
     return None
 
 
@@ -56,7 +56,7 @@ class Unavailable:
         raise ProviderUnavailable(self.reason)
 
 
-async def embedder(request: Request, user_id: UserId) -> TextEmbedder | None:
+async def embedder(request: Request, user_id: UserId) -> ModelEmbedder | None:
     resolve: Resolver = request.app.state.people_resolver
     try:
         return await resolve(request.app.state.runtime.pool, user_id, request.app.state.settings)
@@ -65,4 +65,4 @@ async def embedder(request: Request, user_id: UserId) -> TextEmbedder | None:
         return Unavailable(f"{type(exc).__name__}: {exc}")
 
 
-QueryEmbedder = Annotated[TextEmbedder | None, Depends(embedder)]
+QueryEmbedder = Annotated[ModelEmbedder | None, Depends(embedder)]

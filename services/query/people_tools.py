@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from services.query.people_api import RecallIn, RememberIn, do_recall, do_remember
 from shared.errors import InvalidRequest
 from shared.memory.remember import Chat
-from shared.memory.vectors import TextEmbedder
+from shared.memory.vectors import ModelEmbedder
 from shared.streams import Publisher
 
 REMEMBER_TOOL: dict[str, Any] = {
@@ -98,7 +98,7 @@ async def call_people_tool(
     pool: asyncpg.Pool,
     publisher: Publisher,
     user_id: str,
-    embedder: TextEmbedder | None,
+    embedder: ModelEmbedder | None,
     embedding_dim: int,
     chat: Chat | None = None,
 ) -> dict[str, Any]:

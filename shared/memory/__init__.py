@@ -1,2 +1,3 @@
-"""Memory use cases shared by the query service and the extractor (people, supersession,
-remember/recall). Plain async functions over asyncpg; no HTTP, no FastStream."""
+"""Long-term memory use cases shared by the services (facts, people, supersession,
+remember/recall, decisions, episodes). Plain async functions over asyncpg; no HTTP,
+no FastStream."""

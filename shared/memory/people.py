@@ -27,9 +27,12 @@ from shared.memory.references import (
     PersonRef,
     clean,
     name_from_hint,
-    parse_reference,
     relation_from_hint,
 )
+from shared.memory.references import parse_reference as _parse
+
+# References to the user themself: never one of their people.
+SELF_REFERENCES = frozenset({"user", "the user", "me", "myself", "i", "self"})
 
 MAX_REFERENCE = 200
 
@@ -131,7 +134,9 @@ def check_reference(reference: str) -> PersonRef:
     """Parse a caller's reference; an empty or overlong one is an InvalidRequest."""
     if len(reference) > MAX_REFERENCE:
         raise InvalidRequest(f"a person reference is at most {MAX_REFERENCE} characters")
-    ref = parse_reference(reference)
+    if clean(reference).lower() in SELF_REFERENCES:
+        raise InvalidRequest("the user is not one of their own people")
+    ref = _parse(reference)
     if not ref.text or (ref.name is None and ref.relation is None):
         raise InvalidRequest(f"{reference!r} does not name a person")
     return ref
@@ -163,7 +168,7 @@ async def find_person(
     conn: asyncpg.Connection | asyncpg.Pool, user_id: str, reference: str
 ) -> Person | None:
     """The person ``reference`` names for this user, or None. Never creates anyone."""
-    ref = parse_reference(reference)
+    ref = _parse(reference)
     if not ref.text:
         return None
     return await _lookup(conn, user_id, ref)
@@ -266,3 +271,39 @@ async def resolve_people(
             seen.add(res.person.id)
             out.append(res)
     return out
+
+
+# The extractor's entry points (same behaviour, its original signatures).
+
+
+@dataclass(frozen=True)
+class PersonResolution:
+    person_id: uuid.UUID
+    created: bool
+    person_name: str
+
+
+def parse_reference(
+    reference: str, content_hint: str | None = None
+) -> tuple[str | None, str | None]:
+    """(name, relation) of a reference, the name possibly taken from ``content_hint``:
+    "my wife Sarah" → ("Sarah", "wife"); "my wife" + "my wife's name is Sarah" → the same."""
+    ref = _parse(reference)
+    name = ref.name
+    if name is None and ref.relation is not None:
+        name = name_from_hint(ref.relation, content_hint)
+    return name, ref.relation
+
+
+async def resolve_or_create_person(
+    conn: asyncpg.Connection, user_id: str, reference: str, content_hint: str | None = None
+) -> PersonResolution:
+    """:func:`resolve_person` in the extractor's shape (actor ``extractor``)."""
+    res = await resolve_person(conn, user_id, reference, content_hint=content_hint,
+                               actor="extractor")
+    return PersonResolution(res.person.id, res.created, res.person.name or res.person.label)
+
+
+async def known_people(conn: asyncpg.Connection | asyncpg.Pool, user_id: str) -> list[Person]:
+    """The user's people, for the "Known People" part of a prompt."""
+    return await list_people(conn, user_id)

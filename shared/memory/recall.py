@@ -16,11 +16,11 @@ from typing import Any
 
 import asyncpg
 
-from shared.errors import InvalidRequest, ProviderError
+from shared.errors import InfrastructureError, InvalidRequest
 from shared.memory.people import Person, find_person, people_by_id
-from shared.memory.remember import Chat, fit
+from shared.memory.remember import Chat
 from shared.memory.search import MemoryHit, hit_json, is_member, search_memories
-from shared.memory.vectors import TextEmbedder
+from shared.memory.vectors import ModelEmbedder, fit
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class QueryVector:
 
 
 async def embed_query(
-    embedder: TextEmbedder | None, text: str, *, dim: int
+    embedder: ModelEmbedder | None, text: str, *, dim: int
 ) -> QueryVector:
     """Embed one query; a provider failure becomes a warning, never an error."""
     if embedder is None or not text.strip():
@@ -50,7 +50,7 @@ async def embed_query(
     try:
         [vector] = await embedder.embed([text])
         return QueryVector(fit(vector, dim), embedder.model, None)
-    except ProviderError as exc:
+    except InfrastructureError as exc:
         log.warning("embedding provider unavailable, using full-text search: %s", exc)
         return QueryVector(None, None,
                            f"embedding provider unavailable ({exc}); results from full-text "
@@ -100,7 +100,7 @@ async def recall(
     *,
     about: str | None = None,
     chat: Chat | None = None,
-    embedder: TextEmbedder | None = None,
+    embedder: ModelEmbedder | None = None,
     embedding_dim: int = 384,
     include_superseded: bool = False,
     limit: int = 5,

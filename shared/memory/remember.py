@@ -19,10 +19,10 @@ from datetime import datetime
 import asyncpg
 
 from shared.db import audit
-from shared.errors import InvalidRequest, ProviderError
+from shared.errors import InfrastructureError, InvalidRequest
 from shared.memory.people import Resolution, resolve_people
 from shared.memory.supersession import check_supersession
-from shared.memory.vectors import TextEmbedder
+from shared.memory.vectors import ModelEmbedder, fit
 
 log = logging.getLogger(__name__)
 
@@ -111,15 +111,8 @@ def check_fact(fact: Fact, chat: Chat | None) -> None:
         raise InvalidRequest(f"type must be one of {', '.join(TYPES)}")
 
 
-def fit(vector: Sequence[float], dim: int) -> list[float]:
-    """Zero-pad to the column (cosine is unchanged); a longer vector cannot be stored."""
-    if len(vector) > dim:
-        raise ProviderError(f"the embedding has {len(vector)} dimensions; the column holds {dim}")
-    return [float(x) for x in vector] + [0.0] * (dim - len(vector))
-
-
 async def embed_or_none(
-    embedder: TextEmbedder | None, texts: Sequence[str], *, dim: int
+    embedder: ModelEmbedder | None, texts: Sequence[str], *, dim: int
 ) -> tuple[list[list[float]] | None, str | None]:
     """Vectors for ``texts``, or None with the reason when the provider fails."""
     if embedder is None or not texts:
@@ -127,7 +120,7 @@ async def embed_or_none(
     try:
         vectors = await embedder.embed(list(texts))
         return [fit(v, dim) for v in vectors], None
-    except ProviderError as exc:
+    except InfrastructureError as exc:
         log.warning("embedding provider failed, storing memories as pending: %s", exc)
         return None, f"embedding provider unavailable ({exc}); embedding later"
 
@@ -138,7 +131,7 @@ async def remember(
     facts: Sequence[Fact],
     *,
     chat: Chat | None = None,
-    embedder: TextEmbedder | None = None,
+    embedder: ModelEmbedder | None = None,
     embedding_dim: int = 384,
     source: str = "user",
     actor: str = "system",
