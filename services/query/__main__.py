@@ -1,7 +1,7 @@
 from services.query.app import create_app
+from services.query.settings import QuerySettings
 from shared.serve import serve
-from shared.settings import CommonSettings
 
 if __name__ == "__main__":
-    settings = CommonSettings()
+    settings = QuerySettings()
     serve(create_app(settings), settings, port=settings.query_port)

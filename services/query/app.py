@@ -1,17 +1,86 @@
-"""Composition root of the query service."""
+"""Composition root of the query service: the agent API, tools, context, browser."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import time
+from collections.abc import Awaitable, Callable
 
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import Histogram
+
+from services.query.routes import routers
+from services.query.settings import QuerySettings
+from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
 from shared.runtime import Runtime, add_ops_routes
-from shared.settings import CommonSettings
 
 
-def create_app(settings: CommonSettings | None = None) -> FastAPI:
-    settings = settings or CommonSettings()
+def create_app(settings: QuerySettings | None = None) -> FastAPI:
+    settings = settings or QuerySettings()
     rt = Runtime("query", settings)
-    app = FastAPI(title="engram query", lifespan=rt.lifespan)
+    app = FastAPI(
+        title="engram",
+        summary="Long-term memory for chat assistants and AI agents",
+        version="1",
+        lifespan=rt.lifespan,
+    )
     app.state.runtime = rt
+    app.state.settings = settings
     add_ops_routes(app, rt)
+    for router in routers():
+        app.include_router(router)
+    _install_error_handlers(app)
+    _install_metrics(app, rt)
     return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(InvalidRequest)
+    async def invalid(request: Request, exc: InvalidRequest) -> JSONResponse:
+        return JSONResponse({"error": "invalid_request", "detail": str(exc)}, status_code=400)
+
+    @app.exception_handler(NotFound)
+    async def not_found(request: Request, exc: NotFound) -> JSONResponse:
+        return JSONResponse({"error": "not_found", "detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(InfrastructureError)
+    async def unavailable(request: Request, exc: InfrastructureError) -> JSONResponse:
+        return JSONResponse({"error": "unavailable", "detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(EngramError)
+    async def other(request: Request, exc: EngramError) -> JSONResponse:
+        return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status_code=400)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = []
+        for err in exc.errors()[:10]:
+            loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+            parts.append(f"{loc}: {err.get('msg')}")
+        return JSONResponse(
+            {"error": "invalid_request", "detail": "; ".join(parts), "errors": exc.errors()[:10]},
+            status_code=422,
+        )
+
+
+def _install_metrics(app: FastAPI, rt: Runtime) -> None:
+    latency = Histogram(
+        "engram_http_request_seconds", "API request latency by route and status class",
+        ["method", "route", "status"], registry=rt.metrics.registry,
+        buckets=(0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.04, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+    )
+    app.state.http_latency = latency
+
+    @app.middleware("http")
+    async def measure(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        latency.labels(request.method, path, f"{response.status_code // 100}xx").observe(
+            time.perf_counter() - started
+        )
+        return response

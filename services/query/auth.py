@@ -1,0 +1,92 @@
+"""Who is calling: Bearer API keys (or the browser's key cookie) → a Principal.
+
+Routes depend on :func:`principal` for the caller and on :func:`acting_user`
+for the one user every read and write is scoped to. A user key always acts for
+its own user; an admin key must name the user with the ``X-Engram-User`` header
+(or ``user_id`` query parameter), except on the few admin-wide routes that take
+:func:`principal` and check ``is_admin`` themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+
+from shared.apikeys import ApiKey, lookup_key
+
+COOKIE_NAME = "engram_key"
+
+
+@dataclass(frozen=True)
+class Principal:
+    key: ApiKey
+
+    @property
+    def is_admin(self) -> bool:
+        return self.key.is_admin
+
+    @property
+    def user_id(self) -> str | None:
+        return self.key.user_id
+
+
+def _secret_from(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED,
+                "Authorization header must be 'Bearer <api key>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return value.strip()
+    return request.cookies.get(COOKIE_NAME)
+
+
+async def principal(request: Request) -> Principal:
+    secret = _secret_from(request)
+    if not secret:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "missing API key: send 'Authorization: Bearer <api key>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    key = await lookup_key(request.app.state.runtime.pool, secret)
+    if key is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED, "unknown or revoked API key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return Principal(key)
+
+
+async def acting_user(
+    request: Request, who: Annotated[Principal, Depends(principal)]
+) -> str:
+    """The user this call reads and writes as."""
+    asked = request.headers.get("x-engram-user") or request.query_params.get("user_id")
+    if who.is_admin:
+        if not asked:
+            raise HTTPException(
+                status.HTTP_400_BAD_REQUEST,
+                "an admin key must name the user: send the 'X-Engram-User' header",
+            )
+        return asked
+    assert who.user_id is not None
+    if asked and asked != who.user_id:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this key cannot act for another user")
+    return who.user_id
+
+
+async def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
+    if not who.is_admin:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this call needs an admin key")
+    return who
+
+
+Caller = Annotated[Principal, Depends(principal)]
+UserId = Annotated[str, Depends(acting_user)]
+Admin = Annotated[Principal, Depends(admin)]

@@ -1,0 +1,15 @@
+"""The API's routers. Each module exposes ``router``; list it here to mount it."""
+
+from __future__ import annotations
+
+import importlib
+
+from fastapi import APIRouter
+
+ROUTER_MODULES = [
+    "services.query.routes.me",
+]
+
+
+def routers() -> list[APIRouter]:
+    return [importlib.import_module(m).router for m in ROUTER_MODULES]
