@@ -17,6 +17,7 @@ from typing import Literal
 
 import asyncpg
 from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic_core import PydanticCustomError
 
 from shared.embeddings import crypto
 from shared.embeddings.base import Embedder
@@ -67,16 +68,27 @@ class ProviderSettingsIn(BaseModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> ProviderSettingsIn:
+        # PydanticCustomError (not ValueError) keeps the error JSON-serialisable in a 422.
         if self.provider == "local":
             if self.model != LOCAL_MODEL:
-                raise ValueError(f"the local provider only runs {LOCAL_MODEL}")
+                raise PydanticCustomError(
+                    "provider_settings", "the local provider only runs {model}",
+                    {"model": LOCAL_MODEL},
+                )
             if self.endpoint_url:
-                raise ValueError("the local provider takes no endpoint_url")
+                raise PydanticCustomError(
+                    "provider_settings", "the local provider takes no endpoint_url"
+                )
         else:
             if not self.endpoint_url:
-                raise ValueError(f"the {self.provider} provider needs endpoint_url")
+                raise PydanticCustomError(
+                    "provider_settings", "the {provider} provider needs endpoint_url",
+                    {"provider": self.provider},
+                )
             if not self.endpoint_url.startswith(("http://", "https://")):
-                raise ValueError("endpoint_url must start with http:// or https://")
+                raise PydanticCustomError(
+                    "provider_settings", "endpoint_url must start with http:// or https://"
+                )
         return self
 
 

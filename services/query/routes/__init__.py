@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 ROUTER_MODULES = [
     "services.query.routes.me",
+    "services.query.routes.embeddings",
 ]
 
 
