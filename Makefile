@@ -41,5 +41,8 @@ publish: $(STAMP)
 bench-ingest: $(STAMP)
 	$(BIN)/python -m bench.ingest
 
+bench-embed: $(STAMP)
+	$(BIN)/python -m bench.embed
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import FastAPI
 
 from services.embedder import service
@@ -22,7 +24,7 @@ def create_app(
     metrics = EmbedderMetrics(rt.metrics.registry)
     providers = registry or ProviderRegistry.from_settings(settings)
 
-    async def on_embed(batch: list[Delivery[EmbedRequested]]) -> Rejections:
+    async def on_embed(batch: Sequence[Delivery[EmbedRequested]]) -> Rejections:
         return await service.handle_requests(
             rt.pool, rt.publisher, batch, settings=settings, registry=providers, metrics=metrics
         )

@@ -30,7 +30,8 @@ async def rebuild(settings: EmbeddingSettings, user_id: str, *, queue: bool, bat
         count = await rebuild_count(pool, user_id)
         print(f"{user_id}: {count.total} row(s) to rebuild ({count.messages} messages, "
               f"{count.memories} memory items incl. archived, {count.episodes} episode summaries)")
-        if not yes and input("rebuild them? [y/N] ").strip().lower() not in ("y", "yes"):
+        answer = "y" if yes else await asyncio.to_thread(input, "rebuild them? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
             print("nothing changed")
             return 1
         publisher = Publisher(redis, settings) if redis is not None else None

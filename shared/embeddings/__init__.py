@@ -19,10 +19,10 @@ from shared.embeddings.user_settings import (
     config_from_input,
     delete_provider_settings,
     get_provider_settings,
+    probe_endpoint,
     put_provider_settings,
     resolve_config,
     resolve_embedder,
-    probe_endpoint,
 )
 
 __all__ = [

@@ -95,7 +95,7 @@ class HttpEndpoint:
         delay = min(base, self.options.max_backoff_s) * (0.75 + random.random() / 2)
         if retry_after is not None:
             delay = max(delay, min(retry_after, self.options.max_backoff_s))
-        return delay
+        return float(delay)
 
     async def aclose(self) -> None:
         await self._client.aclose()

