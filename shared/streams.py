@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 
 import asyncpg
 import redis.asyncio as aioredis
-from faststream import AckPolicy
+from faststream import AckPolicy, Context
 from faststream.redis import RedisBroker, StreamSub
 from faststream.message import StreamMessage
 from faststream.redis.annotations import RedisStreamMessage
@@ -190,7 +190,7 @@ class StreamConsumer(Generic[T]):
         )
 
         @reader
-        async def on_batch(body: Any, msg: StreamMessage[Any]) -> None:
+        async def on_batch(body: Any, msg: StreamMessage[Any] = Context("message")) -> None:
             raw = msg.raw_message
             ids = [i.decode() if isinstance(i, bytes) else str(i) for i in raw["message_ids"]]
             await self.process(list(zip(ids, raw["data"], strict=True)), attempts=None)
@@ -340,8 +340,8 @@ async def _raw_batch(msg: Any) -> StreamMessage[Any]:
     return StreamMessage(raw_message=msg, body=b"")
 
 
-async def _no_body(msg: StreamMessage[Any]) -> None:
-    return None
+async def _no_body(msg: StreamMessage[Any]) -> bytes:
+    return b""
 
 
 def _describe(exc: BaseException) -> str:
