@@ -135,8 +135,10 @@ class StreamConsumer(Generic[T]):
         settings: CommonSettings,
         metrics: ServiceMetrics,
         batch: int | None = None,
+        readers: int = 1,
     ) -> None:
         self.service = service
+        self.readers = readers
         self.stream_name = stream
         self.stream = settings.stream(stream)
         self.dead_stream = settings.stream("dead")
@@ -163,20 +165,23 @@ class StreamConsumer(Generic[T]):
         """Attach the normal and the claiming reader to ``broker``.
 
         Call :meth:`ensure_group` before the broker starts."""
-        reader = broker.subscriber(
-            stream=StreamSub(
-                self.stream,
-                group=self.group,
-                consumer=self.consumer,
-                batch=True,
-                max_records=self.batch,
-                polling_interval=self.settings.consumer_block_ms,
-            ),
-            ack_policy=AckPolicy.MANUAL,
-            parser=_raw_batch,
-            decoder=_no_body,
-            title=f"{self.service}:{self.stream_name}",
-        )
+        readers = [
+            broker.subscriber(
+                stream=StreamSub(
+                    self.stream,
+                    group=self.group,
+                    consumer=self.consumer if i == 0 else f"{self.consumer}-{i}",
+                    batch=True,
+                    max_records=self.batch,
+                    polling_interval=self.settings.consumer_block_ms,
+                ),
+                ack_policy=AckPolicy.MANUAL,
+                parser=_raw_batch,
+                decoder=_no_body,
+                title=f"{self.service}:{self.stream_name}" + (f":{i}" if i else ""),
+            )
+            for i in range(self.readers)
+        ]
         claimer = broker.subscriber(
             stream=StreamSub(
                 self.stream,
@@ -189,11 +194,13 @@ class StreamConsumer(Generic[T]):
             title=f"{self.service}:{self.stream_name}:reclaim",
         )
 
-        @reader
         async def on_batch(body: Any, msg: StreamMessage[Any] = Context("message")) -> None:
             raw = msg.raw_message
             ids = [i.decode() if isinstance(i, bytes) else str(i) for i in raw["message_ids"]]
             await self.process(list(zip(ids, raw["data"], strict=True)), attempts=None)
+
+        for reader in readers:
+            reader(on_batch)
 
         @claimer
         async def on_claimed(body: Any, msg: RedisStreamMessage) -> None:
