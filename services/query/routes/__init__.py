@@ -9,6 +9,7 @@ from fastapi import APIRouter
 ROUTER_MODULES = [
     "services.query.routes.me",
     "services.query.routes.embeddings",
+    "services.query.routes.decisions",
 ]
 
 
