@@ -1,3 +1,4 @@
+from abc import ABC, abstractmethod
 """HTTP providers: ``openai`` (any OpenAI-compatible ``/v1/embeddings``) and ``ollama``
 (native ``/api/embed``).
 
@@ -136,10 +137,11 @@ def _vectors(raw: Any, expected: int) -> list[list[float]]:
     return out
 
 
-class OpenAIEmbedder:
-    """Any OpenAI-compatible ``POST {base}/embeddings`` (base usually ends in ``/v1``)."""
+class _HttpEmbedder(ABC):
+    """What both HTTP shapes share: the endpoint, the model and the request body."""
 
-    provider = "openai"
+    provider: str
+    path: str
 
     def __init__(
         self, endpoint: HttpEndpoint, *, model: str, api_key: str | None = None,
@@ -164,48 +166,39 @@ class OpenAIEmbedder:
         body: dict[str, Any] = {"model": self._model, "input": list(texts)}
         if self._dimensions is not None:
             body["dimensions"] = self._dimensions
-        data = await self._endpoint.post_json("/embeddings", body, api_key=self._api_key)
+        data = await self._endpoint.post_json(self.path, body, api_key=self._api_key)
+        return _vectors(self._extract(data), len(texts))
+
+    @abstractmethod
+    def _extract(self, data: Any) -> Any:
+        """The list of vectors inside the provider's answer."""
+
+
+class OpenAIEmbedder(_HttpEmbedder):
+    """Any OpenAI-compatible ``POST {base}/embeddings`` (base usually ends in ``/v1``)."""
+
+    provider = "openai"
+    path = "/embeddings"
+
+    def _extract(self, data: Any) -> Any:
         items = data.get("data") if isinstance(data, dict) else None
         if not isinstance(items, list):
             raise ProviderError("answer has no 'data' list of embeddings")
         try:
             ordered = sorted(items, key=lambda d: int(d.get("index", 0)))
-            raw = [d["embedding"] for d in ordered]
+            return [d["embedding"] for d in ordered]
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ProviderError(f"malformed 'data' item: {exc!r}") from exc
-        return _vectors(raw, len(texts))
 
 
-class OllamaEmbedder:
+class OllamaEmbedder(_HttpEmbedder):
     """Ollama's native ``POST {base}/api/embed`` (``{"model", "input"}`` → ``embeddings``)."""
 
     provider = "ollama"
+    path = "/api/embed"
 
-    def __init__(
-        self, endpoint: HttpEndpoint, *, model: str, api_key: str | None = None,
-        dimensions: int | None = None,
-    ) -> None:
-        self._endpoint = endpoint
-        self._model = model
-        self._api_key = api_key
-        self._dimensions = dimensions
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def dimensions(self) -> int | None:
-        return self._dimensions
-
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        body: dict[str, Any] = {"model": self._model, "input": list(texts)}
-        if self._dimensions is not None:
-            body["dimensions"] = self._dimensions
-        data = await self._endpoint.post_json("/api/embed", body, api_key=self._api_key)
+    def _extract(self, data: Any) -> Any:
         raw = data.get("embeddings") if isinstance(data, dict) else None
         if raw is None:
             raise ProviderError("answer has no 'embeddings'")
-        return _vectors(raw, len(texts))
+        return raw
