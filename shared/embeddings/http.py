@@ -1,4 +1,3 @@
-from abc import ABC, abstractmethod
 """HTTP providers: ``openai`` (any OpenAI-compatible ``/v1/embeddings``) and ``ollama``
 (native ``/api/embed``).
 
@@ -11,6 +10,8 @@ coming, is ``ProviderError`` carrying the provider's own message.
 """
 
 from __future__ import annotations
+
+from abc import ABC, abstractmethod
 
 import asyncio
 import json
