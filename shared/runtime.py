@@ -39,7 +39,12 @@ class Runtime:
         self.service = service
         self.settings = settings
         self.metrics = ServiceMetrics(service)
-        self.broker = RedisBroker(settings.require_redis_url(), logger=logging.getLogger("faststream"), log_level=logging.DEBUG)
+        # FastStream's per-message lines at DEBUG; its handler errors still show.
+        self.broker = RedisBroker(
+            settings.require_redis_url(),
+            logger=logging.getLogger("faststream"),
+            log_level=logging.DEBUG,
+        )
         self.consumers: list[StreamConsumer[Any]] = []
         self.background: list[Callable[[], Awaitable[None]]] = []
         self.on_start: list[Hook] = []

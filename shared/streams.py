@@ -30,8 +30,8 @@ from typing import Any, Generic, TypeVar
 import asyncpg
 import redis.asyncio as aioredis
 from faststream import AckPolicy, Context
-from faststream.redis import RedisBroker, StreamSub
 from faststream.message import StreamMessage
+from faststream.redis import RedisBroker, StreamSub
 from faststream.redis.annotations import RedisStreamMessage
 from pydantic import TypeAdapter, ValidationError
 
@@ -43,6 +43,7 @@ from shared.settings import CommonSettings
 log = logging.getLogger(__name__)
 
 EVENT_FIELD = b"event"
+_MESSAGE = Context("message")
 T = TypeVar("T")
 
 
@@ -92,7 +93,7 @@ class Publisher:
         return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
 
     async def publish_raw(self, stream: str, payloads: Sequence[bytes]) -> list[str]:
-        """XADD already-encoded JSON payloads (used by ``engram publish`` and dead-letter replay)."""
+        """XADD already-encoded JSON payloads (``engram publish``, dead-letter replay)."""
         key = self._settings.stream(stream)
         pipe = self._redis.pipeline(transaction=False)
         for payload in payloads:
@@ -194,7 +195,7 @@ class StreamConsumer(Generic[T]):
             title=f"{self.service}:{self.stream_name}:reclaim",
         )
 
-        async def on_batch(body: Any, msg: StreamMessage[Any] = Context("message")) -> None:
+        async def on_batch(body: Any, msg: StreamMessage[Any] = _MESSAGE) -> None:
             raw = msg.raw_message
             ids = [i.decode() if isinstance(i, bytes) else str(i) for i in raw["message_ids"]]
             await self.process(list(zip(ids, raw["data"], strict=True)), attempts=None)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from zlib import crc32
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from zlib import crc32
 
 import asyncpg
 

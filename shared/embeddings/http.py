@@ -11,11 +11,10 @@ coming, is ``ProviderError`` carrying the provider's own message.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import asyncio
 import json
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
