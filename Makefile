@@ -41,6 +41,9 @@ publish: $(STAMP)
 bench-ingest: $(STAMP)
 	$(BIN)/python -m bench.ingest
 
+bench-embed: $(STAMP)
+	$(BIN)/python -m bench.embed
+
 LOCOMO ?= ../shared/data/locomo/locomo10.json
 bench-extract: $(STAMP)
 	$(BIN)/python -m bench.extract $(LOCOMO)

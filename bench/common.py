@@ -125,3 +125,27 @@ class Progress:
                   flush=True, file=__import__("sys").stderr)
             if done >= self.total or force:
                 print(file=__import__("sys").stderr)
+
+
+@contextlib.contextmanager
+def stack(*, redis: bool = True) -> Iterator[tuple[str, str | None, Path]]:
+    """Bare URLs of fresh servers (or the configured ones), not migrated: (db, redis, tmp)."""
+    tmp = Path(tempfile.mkdtemp(prefix="engram-bench-"))
+    pg: EmbeddedPostgres | None = None
+    rd: EmbeddedRedis | None = None
+    db_url = os.environ.get("ENGRAM_DATABASE_URL")
+    redis_url = os.environ.get("ENGRAM_REDIS_URL")
+    try:
+        if not db_url:
+            pg = EmbeddedPostgres(tmp / "pg", delete_on_exit=True)
+            db_url = pg.start()
+        if redis and not redis_url:
+            rd = EmbeddedRedis(tmp / "redis", port=free_port())
+            redis_url = rd.start(persistent=False)
+        yield db_url, redis_url, tmp
+    finally:
+        if rd is not None:
+            rd.stop()
+        if pg is not None:
+            pg.stop()
+        shutil.rmtree(tmp, ignore_errors=True)

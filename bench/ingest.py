@@ -102,7 +102,9 @@ async def copy_run(settings: CommonSettings, turns: list[TurnReceived], run: str
     conn = await asyncpg.connect(settings.require_database_url())
     try:
         users = sorted({t.user_id for t in turns})
-        await conn.executemany("INSERT INTO users (id) VALUES ($1)", [(f"{u}-copy",) for u in users])
+        await conn.executemany(
+            "INSERT INTO users (id) VALUES ($1)", [(f"{u}-copy",) for u in users]
+        )
         episodes: dict[tuple[str, str], uuid.UUID] = {}
         for t in turns:
             episodes.setdefault((t.user_id, t.chat_id), uuid.uuid4())

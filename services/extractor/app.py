@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from services.extractor import service
 from services.extractor.metrics import ExtractorMetrics
 from services.extractor.settings import ExtractorSettings
+from shared.embeddings import close_default_registry, resolve_embedder
 from shared.events import ExtractRequested, extract_adapter
 from shared.llm.client import LLMMetrics, OpenAIChatModel
 from shared.llm.jobs import build_extractor
@@ -32,21 +33,24 @@ def create_app(
         settings, metrics=LLMMetrics(rt.metrics.registry), transport=llm_transport
     )
 
-    async def no_embedder(user_id: str) -> TextEmbedder | None:
-        return None
+    async def users_embedder(user_id: str) -> TextEmbedder | None:
+        # The user's own provider (or the system one); None = full-text-only, where
+        # dedupe falls back to identical text.
+        return await resolve_embedder(rt.pool, user_id, settings)
 
     holder: dict[str, service.Extraction] = {}
 
     async def start(rt: Runtime) -> None:
         holder["x"] = service.Extraction(
             pool=rt.pool, publisher=rt.publisher, extractor=extractor,
-            embedder_for=embedder_for or no_embedder, dim=settings.embedding_dim,
+            embedder_for=embedder_for or users_embedder, dim=settings.embedding_dim,
             max_facts=settings.max_facts_per_episode, metrics=metrics,
         )
 
     async def stop(rt: Runtime) -> None:
         if isinstance(client, OpenAIChatModel):
             await client.aclose()
+        await close_default_registry()
 
     rt.on_start.append(start)
     rt.on_stop.append(stop)

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from shared.embeddings import EmbeddingSettings
 from shared.llm.settings import LLMSettings
 
 
-class ExtractorSettings(LLMSettings):
+class ExtractorSettings(LLMSettings, EmbeddingSettings):
     stale_after_minutes: float = Field(
         default=30.0, description="an open episode idle this long is closed and extracted"
     )

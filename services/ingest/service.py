@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from zlib import crc32
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from zlib import crc32
 
 import asyncpg
 
@@ -137,11 +137,13 @@ async def store_turns(
             name = d.event.display_name if d.event.role == "user" else None
             if name or d.event.user_id not in users:
                 users[d.event.user_id] = name or users.get(d.event.user_id)
-        await conn.execute(UPSERT_USERS, list(users), list(users.values()))
+        # Rows are locked in a fixed order so concurrent batches never deadlock.
+        ordered = sorted(users)
+        await conn.execute(UPSERT_USERS, ordered, [users[u] for u in ordered])
 
         plan = await _plan_episodes(conn, batch, stale_window, rejected)
         if plan.new_episodes:
-            ids = list(plan.new_episodes)
+            ids = sorted(plan.new_episodes)
             rows = [plan.new_episodes[i] for i in ids]
             await conn.execute(
                 INSERT_EPISODES, ids, [r[0] for r in rows], [r[1] for r in rows],
@@ -175,7 +177,7 @@ async def store_turns(
         for row in inserted:
             touched[row["episode_id"]].append(row["occurred_at"])
         if touched:
-            ids = list(touched)
+            ids = sorted(touched)
             await conn.execute(
                 TOUCH_EPISODES, ids, [len(touched[i]) for i in ids],
                 [min(touched[i]) for i in ids], [max(touched[i]) for i in ids],
