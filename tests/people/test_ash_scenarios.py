@@ -175,3 +175,21 @@ async def test_expired_memories_are_not_recalled(semantic_api, pool):
     await pool.execute("UPDATE memory_items SET expires_at = now() - interval '1 minute' "
                        "WHERE id = $1", mid)
     assert (await api.ok("/v1/recall", {"query": "Lisbon"}))["results"] == []
+
+
+async def test_the_default_embedder_is_the_users_provider_local_by_default(
+    make_settings, pool, user_id
+):
+    """No resolver passed: shared.embeddings.resolve_embedder picks the local model."""
+    from services.query.app import create_app
+    from services.query.settings import QuerySettings
+
+    async with running(create_app(make_settings(QuerySettings))) as client:
+        api = await as_user(client, pool, user_id)
+        await api.ok("/v1/remember", {"content": "User's favorite color is red"})
+        blue = await api.ok("/v1/remember", {"content": "User's favorite color is blue"})
+        assert blue["memories"][0]["embedding_state"] == "ready"
+        assert len(blue["memories"][0]["superseded"]) == 1
+        out = await api.ok("/v1/recall", {"query": "which colour do I like?"})
+        assert out["retrieval"] == "hybrid"
+        assert out["results"][0]["content"] == "User's favorite color is blue"
