@@ -44,5 +44,15 @@ bench-ingest: $(STAMP)
 bench-search: $(STAMP)
 	$(BIN)/python -m bench.search
 
+bench-embed: $(STAMP)
+	$(BIN)/python -m bench.embed
+
+LOCOMO ?= ../shared/data/locomo/locomo10.json
+bench-extract: $(STAMP)
+	$(BIN)/python -m bench.extract $(LOCOMO)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+bench-context: $(STAMP)
+	$(BIN)/python -m bench.context

@@ -57,7 +57,7 @@ BIG, SMALL = "bench-big", "bench-small"
 VOCAB = [f"w{i}" for i in range(50_000)]
 FLOOR_SQL = """
 SELECT id FROM memory_items WHERE user_id = $1 AND embedding_state = 'ready'
-ORDER BY embedding <=> $2 LIMIT 10
+ORDER BY embedding::halfvec(384) <=> $2::vector::halfvec(384) LIMIT 10
 """
 
 

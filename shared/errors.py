@@ -6,6 +6,7 @@ EngramError
 │   └── ProviderError    an embedding or language-model endpoint failed
 │       └── ProviderUnavailable  timeouts, 429 and 5xx after retries: try again later
 ├── InvalidEvent         an event that cannot be parsed or validated: dead-letter it at once
+├── InvalidModelOutput   a language model kept answering with output that breaks its schema
 ├── NotFound             the thing asked for does not exist for this user
 └── InvalidRequest       a caller's input breaks a rule (maps to HTTP 4xx)
 
@@ -35,6 +36,13 @@ class ProviderUnavailable(ProviderError):
 
 class InvalidEvent(EngramError):
     """An event that cannot be parsed or does not match its schema."""
+
+
+class InvalidModelOutput(EngramError):
+    """A language model's answer did not validate, even after asking again.
+
+    Not an infrastructure error: retrying later gives the same answer, so the
+    caller records it (e.g. on the episode) instead of looping."""
 
 
 class NotFound(EngramError):

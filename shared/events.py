@@ -95,10 +95,15 @@ class EmbedTarget(BaseModel):
 
 
 class EmbedRequested(Event):
-    """Rows whose embedding should be computed (their state is already ``pending``)."""
+    """Rows whose embedding should be computed (their state is already ``pending``).
+
+    ``user_id`` is set when every target belongs to that user; ingest sends one
+    request per batch with ``user_id=None`` when a batch mixes users. The
+    embedder takes each row's owner from the row itself.
+    """
 
     schema_: Literal["embed.requested.v1"] = Field(default="embed.requested.v1", alias="schema")
-    user_id: str
+    user_id: str | None = None
     targets: list[EmbedTarget]
     reason: EmbedReason = "new"
 

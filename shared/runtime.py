@@ -39,7 +39,12 @@ class Runtime:
         self.service = service
         self.settings = settings
         self.metrics = ServiceMetrics(service)
-        self.broker = RedisBroker(settings.require_redis_url(), logger=None)
+        # FastStream's per-message lines at DEBUG; its handler errors still show.
+        self.broker = RedisBroker(
+            settings.require_redis_url(),
+            logger=logging.getLogger("faststream"),
+            log_level=logging.DEBUG,
+        )
         self.consumers: list[StreamConsumer[Any]] = []
         self.background: list[Callable[[], Awaitable[None]]] = []
         self.on_start: list[Hook] = []
@@ -70,8 +75,12 @@ class Runtime:
         adapter: TypeAdapter[T],
         handle: Handler[T],
         batch: int | None = None,
+        readers: int = 1,
     ) -> StreamConsumer[T]:
-        """Register a consumer group reader for ``stream`` (a logical name, e.g. ``turns``)."""
+        """Register a consumer group reader for ``stream`` (a logical name, e.g. ``turns``).
+
+        ``readers`` > 1 keeps that many batches in flight in this process (each
+        reader is its own consumer in the group), so database round trips overlap."""
         consumer = StreamConsumer(
             service=self.service,
             stream=stream,
@@ -82,6 +91,7 @@ class Runtime:
             settings=self.settings,
             metrics=self.metrics,
             batch=batch,
+            readers=readers,
         )
         consumer.register(self.broker)
         self.consumers.append(consumer)

@@ -35,7 +35,9 @@ class CommonSettings(BaseSettings):
     consumer_block_ms: int = Field(default=200, description="how long a read blocks")
     claim_idle_ms: int = Field(default=30_000, description="pending this long = reclaimable")
     max_attempts: int = Field(default=5, description="deliveries before dead-lettering")
-    consumer_name: str | None = Field(default=None, description="unique per process; default host-pid")
+    consumer_name: str | None = Field(
+        default=None, description="unique per process; default host-pid"
+    )
     host: str = "127.0.0.1"
     query_port: int = Field(default=8000, description="the agent API, docs and browser")
     ingest_port: int = Field(default=8101, description="ingest's /health and /metrics")

@@ -134,7 +134,7 @@ def run_stack(settings: CommonSettings, services: list[str] | None = None) -> in
             print(f"  {name:<10} http://{h}:{stack.port(name)}/metrics  /health")
         print(f"  PostgreSQL {stack.database_url}")
         print(f"  Redis      {stack.redis_url}")
-        print(f"  publish    engram publish FILE.jsonl   (or: make publish FILE=...)\n",
+        print("  publish    engram publish FILE.jsonl   (or: make publish FILE=...)\n",
               flush=True)
         while not stopping:
             for name, proc in stack.processes.items():

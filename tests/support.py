@@ -73,7 +73,8 @@ async def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float 
             raise AssertionError(f"service exited with code {proc.returncode}")
         try:
             async with httpx.AsyncClient() as c:
-                return (await c.get(f"http://127.0.0.1:{port}/health", timeout=1)).status_code == 200
+                r = await c.get(f"http://127.0.0.1:{port}/health", timeout=1)
+                return r.status_code == 200
         except httpx.HTTPError:
             return False
 

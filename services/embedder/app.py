@@ -2,16 +2,52 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import FastAPI
 
+from services.embedder import service
+from services.embedder.metrics import EmbedderMetrics
+from services.embedder.settings import EmbedderSettings
+from shared.embeddings.providers import ProviderRegistry
+from shared.events import EmbedRequested, embed_adapter
 from shared.runtime import Runtime, add_ops_routes
-from shared.settings import CommonSettings
+from shared.streams import Delivery, Rejections
 
 
-def create_app(settings: CommonSettings | None = None) -> FastAPI:
-    settings = settings or CommonSettings()
+def create_app(
+    settings: EmbedderSettings | None = None, *, registry: ProviderRegistry | None = None
+) -> FastAPI:
+    """``registry`` is injectable (tests pass one with their own HTTP transport)."""
+    settings = settings or EmbedderSettings()
     rt = Runtime("embedder", settings)
+    metrics = EmbedderMetrics(rt.metrics.registry)
+    providers = registry or ProviderRegistry.from_settings(settings)
+
+    async def on_embed(batch: Sequence[Delivery[EmbedRequested]]) -> Rejections:
+        return await service.handle_requests(
+            rt.pool, rt.publisher, batch, settings=settings, registry=providers, metrics=metrics
+        )
+
+    async def retry_due() -> None:
+        await service.retry_due(
+            rt.pool, rt.publisher, settings=settings, registry=providers, metrics=metrics
+        )
+
+    async def gauges() -> None:
+        await service.refresh_gauges(rt.pool, metrics)
+
+    async def close_providers(_: Runtime) -> None:
+        await providers.aclose()
+
+    rt.consume(stream="embed", group="embedder", adapter=embed_adapter, handle=on_embed,
+               batch=settings.embed_read_batch)
+    rt.every(settings.embed_sweep_s, retry_due)
+    rt.every(settings.embed_gauge_s, gauges)
+    rt.on_stop.append(close_providers)
+
     app = FastAPI(title="engram embedder", lifespan=rt.lifespan)
     app.state.runtime = rt
+    app.state.metrics = metrics
     add_ops_routes(app, rt)
     return app

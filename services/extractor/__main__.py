@@ -1,7 +1,8 @@
+"""engram extractor service."""
 from services.extractor.app import create_app
+from services.extractor.settings import ExtractorSettings
 from shared.serve import serve
-from shared.settings import CommonSettings
 
 if __name__ == "__main__":
-    settings = CommonSettings()
+    settings = ExtractorSettings()
     serve(create_app(settings), settings, port=settings.extractor_port)

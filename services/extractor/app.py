@@ -2,15 +2,72 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import timedelta
+
+import httpx
 from fastapi import FastAPI
 
+from services.extractor import service
+from services.extractor.metrics import ExtractorMetrics
+from services.extractor.settings import ExtractorSettings
+from shared.embeddings import close_default_registry, resolve_embedder
+from shared.events import ExtractRequested, extract_adapter
+from shared.llm.client import LLMMetrics, OpenAIChatModel
+from shared.llm.jobs import build_extractor
+from shared.memory.vectors import TextEmbedder
 from shared.runtime import Runtime, add_ops_routes
-from shared.settings import CommonSettings
+from shared.streams import Delivery, Rejections
 
 
-def create_app(settings: CommonSettings | None = None) -> FastAPI:
-    settings = settings or CommonSettings()
+def create_app(
+    settings: ExtractorSettings | None = None,
+    *,
+    llm_transport: httpx.AsyncBaseTransport | None = None,
+    embedder_for: service.EmbedderFor | None = None,
+) -> FastAPI:
+    settings = settings or ExtractorSettings()
     rt = Runtime("extractor", settings)
+    metrics = ExtractorMetrics(rt.metrics.registry)
+    extractor, client = build_extractor(
+        settings, metrics=LLMMetrics(rt.metrics.registry), transport=llm_transport
+    )
+
+    async def users_embedder(user_id: str) -> TextEmbedder | None:
+        # The user's own provider (or the system one); None = full-text-only, where
+        # dedupe falls back to identical text.
+        return await resolve_embedder(rt.pool, user_id, settings)
+
+    holder: dict[str, service.Extraction] = {}
+
+    async def start(rt: Runtime) -> None:
+        holder["x"] = service.Extraction(
+            pool=rt.pool, publisher=rt.publisher, extractor=extractor,
+            embedder_for=embedder_for or users_embedder, dim=settings.embedding_dim,
+            max_facts=settings.max_facts_per_episode, metrics=metrics,
+        )
+
+    async def stop(rt: Runtime) -> None:
+        if isinstance(client, OpenAIChatModel):
+            await client.aclose()
+        await close_default_registry()
+
+    rt.on_start.append(start)
+    rt.on_stop.append(stop)
+
+    async def on_extract(batch: Sequence[Delivery[ExtractRequested]]) -> Rejections:
+        return await service.handle_requests(holder["x"], batch)
+
+    idle = timedelta(minutes=settings.stale_after_minutes)
+
+    async def sweep() -> None:
+        await service.sweep(rt.pool, rt.publisher, idle=idle, batch=settings.sweep_batch,
+                            metrics=metrics)
+
+    rt.consume(stream="extract", group="extractor", adapter=extract_adapter, handle=on_extract,
+               batch=settings.extract_batch)
+    rt.every(settings.sweep_interval_s, sweep)
+
     app = FastAPI(title="engram extractor", lifespan=rt.lifespan)
     app.state.runtime = rt
     add_ops_routes(app, rt)

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from zlib import crc32
 
 import asyncpg
 
@@ -43,6 +44,10 @@ JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(user_id, provider, chat_id)
   ON e.user_id = k.user_id AND e.provider = k.provider AND e.chat_id = k.chat_id
 WHERE e.status = 'open'
 ORDER BY e.user_id, e.provider, e.chat_id, e.last_active_at DESC
+"""
+
+LOCK_CHATS = """
+SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS k ORDER BY k
 """
 
 EPISODE_OWNERS = "SELECT id, user_id FROM episodes WHERE id = ANY($1::uuid[])"
@@ -88,6 +93,13 @@ WHERE e.id = u.id
 """
 
 
+def _chat_lock(key: tuple[str, str, str]) -> int:
+    """A 64-bit advisory lock id for one (user, provider, chat)."""
+    a = crc32("\x1f".join(key).encode())
+    b = crc32(("chat\x1f" + "\x1f".join(key)).encode())
+    return ((a << 32) | b) - (1 << 63)
+
+
 @dataclass
 class _OpenEpisode:
     id: uuid.UUID
@@ -125,11 +137,13 @@ async def store_turns(
             name = d.event.display_name if d.event.role == "user" else None
             if name or d.event.user_id not in users:
                 users[d.event.user_id] = name or users.get(d.event.user_id)
-        await conn.execute(UPSERT_USERS, list(users), list(users.values()))
+        # Rows are locked in a fixed order so concurrent batches never deadlock.
+        ordered = sorted(users)
+        await conn.execute(UPSERT_USERS, ordered, [users[u] for u in ordered])
 
         plan = await _plan_episodes(conn, batch, stale_window, rejected)
         if plan.new_episodes:
-            ids = list(plan.new_episodes)
+            ids = sorted(plan.new_episodes)
             rows = [plan.new_episodes[i] for i in ids]
             await conn.execute(
                 INSERT_EPISODES, ids, [r[0] for r in rows], [r[1] for r in rows],
@@ -163,7 +177,7 @@ async def store_turns(
         for row in inserted:
             touched[row["episode_id"]].append(row["occurred_at"])
         if touched:
-            ids = list(touched)
+            ids = sorted(touched)
             await conn.execute(
                 TOUCH_EPISODES, ids, [len(touched[i]) for i in ids],
                 [min(touched[i]) for i in ids], [max(touched[i]) for i in ids],
@@ -200,6 +214,9 @@ async def _plan_episodes(
                    for d in batch if d.event.episode_id is None})
     current: dict[tuple[str, str, str], _OpenEpisode] = {}
     if keys:
+        # Consumers in the same group may hold turns of the same chat: serialise per chat
+        # so two of them never open two episodes for it.
+        await conn.execute(LOCK_CHATS, sorted({_chat_lock(k) for k in keys}))
         rows = await conn.fetch(
             OPEN_EPISODES, [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]
         )
@@ -243,14 +260,15 @@ async def _plan_episodes(
 async def _request_embeddings(
     publisher: Publisher, rows: Sequence[tuple[int, str]]
 ) -> None:
-    by_user: dict[str, list[EmbedTarget]] = defaultdict(list)
-    for message_id, user_id in rows:
-        by_user[user_id].append(EmbedTarget(kind="message", id=str(message_id)))
-    if by_user:
-        await publisher.publish(
-            "embed",
-            [EmbedRequested(user_id=u, targets=t, reason="new") for u, t in by_user.items()],
-        )
+    """One request for the whole batch (the embedder reads each row's owner)."""
+    if not rows:
+        return
+    users = {user_id for _, user_id in rows}
+    targets = [EmbedTarget(kind="message", id=str(message_id)) for message_id, _ in rows]
+    await publisher.publish(
+        "embed",
+        [EmbedRequested(user_id=users.pop() if len(users) == 1 else None, targets=targets)],
+    )
 
 
 async def handle_episode_events(

@@ -6,15 +6,19 @@ import time
 from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request, Response
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import Histogram
 
 from services.query import rpc
-from services.query.embedding import Resolver, default_resolver
+from services.query.context.tools import HintCache
+from services.query.embedding import default_resolver
+from services.query.people_embedder import Resolver
 from services.query.routes import routers
 from services.query.settings import QuerySettings
 from services.query.state import QueryState
+from services.query.supersede import register as register_supersession
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
 from shared.runtime import Runtime, add_ops_routes
 
@@ -26,7 +30,9 @@ def create_app(
     ``shared.embeddings.resolve_embedder``); tests may pass their own."""
     settings = settings or QuerySettings()
     rt = Runtime("query", settings)
-    state = QueryState.build(settings, resolver or default_resolver(), rt.metrics.registry)
+    resolver = resolver or default_resolver()
+    register_supersession(rt)
+    state = QueryState.build(settings, resolver, rt.metrics.registry)
     rpc.register(rt, state)
     app = FastAPI(
         title="engram",
@@ -37,6 +43,8 @@ def create_app(
     app.state.runtime = rt
     app.state.settings = settings
     app.state.query = state
+    app.state.people_resolver = resolver
+    app.state.hint_cache = HintCache()
     add_ops_routes(app, rt)
     for router in routers():
         app.include_router(router)
@@ -70,9 +78,8 @@ def _install_error_handlers(app: FastAPI) -> None:
             parts.append(f"{loc}: {err.get('msg')}")
         return JSONResponse(
             {"error": "invalid_request", "detail": "; ".join(parts),
-             # loc/msg/type only: "ctx" may hold an exception object, not JSON
-             "errors": [{k: e[k] for k in ("loc", "msg", "type") if k in e}
-                        for e in exc.errors()[:10]]},
+             # a validator's error carries its exception in ctx: make it text
+             "errors": jsonable_encoder(exc.errors()[:10], custom_encoder={Exception: str})},
             status_code=422,
         )
 

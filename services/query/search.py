@@ -22,6 +22,7 @@ What callers may rely on:
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -89,14 +90,16 @@ semantic AS (
     LIMIT {k}
 )"""
 
-# Index: HNSW with hnsw.iterative_scan (set by the caller) keeps walking the
-# graph until enough of this user's rows pass the filter.
+# Index: the HNSW index of migration 0010 is on embedding::halfvec(D), so the
+# walk orders by that expression; with hnsw.iterative_scan (set by the caller)
+# it keeps walking until enough of this user's rows pass the filter. The score
+# still uses the full-precision distance.
 _SEMANTIC_INDEX = """
 semantic AS MATERIALIZED (
     SELECT m.id, 1.0 / (1.0 + (m.embedding <=> $10::vector)) AS sim
     FROM memory_items m
     WHERE {scope} AND m.embedding_state = 'ready' {filters}
-    ORDER BY m.embedding <=> $10::vector
+    ORDER BY m.embedding::halfvec({dim}) <=> $10::vector::halfvec({dim})
     LIMIT {k}
 )"""
 
@@ -150,15 +153,19 @@ SELECT count(*) FROM (
 ) AS r
 """
 
+# enable_sort = off: for a user holding ~10% of the table the planner otherwise
+# prefers "fetch all the user's rows, sort by distance" (measured: ~95 ms at
+# 100k rows) over the HNSW walk; only the ORDER BY distance can avoid a sort.
 ITERATIVE_SCAN = """
+SET LOCAL enable_sort = off;
 SET LOCAL hnsw.iterative_scan = relaxed_order;
 SET LOCAL hnsw.ef_search = 100;
 SET LOCAL hnsw.max_scan_tuples = 50000
 """
 
 
-def _statement(template: str, *, scope: str, semantic: str = "") -> str:
-    sem = semantic.format(scope=scope, filters=_FILTERS, k=CANDIDATES_PER_SIGNAL)
+def _statement(template: str, *, scope: str, semantic: str = "", dim: int = 0) -> str:
+    sem = semantic.format(scope=scope, filters=_FILTERS, k=CANDIDATES_PER_SIGNAL, dim=dim)
     return template.format(
         columns=_COLUMNS,
         scope=scope,
@@ -176,7 +183,13 @@ for _name, _scope in (("user", _USER), ("any", _ANY_USER)):
     STATEMENTS[(_name, "match_all")] = _statement(MATCH_ALL, scope=_scope)
     STATEMENTS[(_name, "lexical")] = _statement(HYBRID, scope=_scope, semantic=_NO_SEMANTIC)
     STATEMENTS[(_name, "exact")] = _statement(HYBRID, scope=_scope, semantic=_SEMANTIC_EXACT)
-    STATEMENTS[(_name, "index")] = _statement(HYBRID, scope=_scope, semantic=_SEMANTIC_INDEX)
+
+
+@functools.lru_cache(maxsize=8)
+def index_statement(scope: str, dim: int) -> str:
+    """The HNSW variant; the index expression names the deployment's dimension."""
+    return _statement(HYBRID, scope=_USER if scope == "user" else _ANY_USER,
+                      semantic=_SEMANTIC_INDEX, dim=int(dim))
 
 
 @dataclass(frozen=True)
@@ -293,7 +306,7 @@ async def _semantic_search(
             return list(await conn.fetch(STATEMENTS[(scope, "exact")], *args))
     async with conn.transaction():
         await conn.execute(ITERATIVE_SCAN)
-        return list(await conn.fetch(STATEMENTS[(scope, "index")], *args))
+        return list(await conn.fetch(index_statement(scope, len(args[9])), *args))
 
 
 def _mode(rows: list[asyncpg.Record]) -> Mode:

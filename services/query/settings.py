@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from shared.settings import CommonSettings
+from shared.llm.settings import LLMSettings
 
 
-class QuerySettings(CommonSettings):
-    """Settings of the agent API."""
+class QuerySettings(LLMSettings):
+    """Settings of the agent API (a language model is optional: decision rewrites)."""
 
     cookie_secure: bool = Field(
         default=False, description="mark the browser's key cookie Secure (set true behind HTTPS)"

@@ -16,6 +16,7 @@ COMMANDS = [
     "shared.cli.migrate",
     "shared.cli.publish",
     "shared.cli.inspect",
+    "shared.cli.embeddings",
     "shared.cli.keys",
 ]
 

@@ -181,5 +181,5 @@ async def test_a_user_with_50_items_among_many_still_gets_k_results(make_setting
     args[0] = big
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(search_module.ITERATIVE_SCAN)
-        plan = await conn.fetch("EXPLAIN " + search_module.STATEMENTS[("user", "index")], *args)
+        plan = await conn.fetch("EXPLAIN " + search_module.index_statement("user", 384), *args)
     assert "hnsw" in "\n".join(r[0] for r in plan)

@@ -15,6 +15,10 @@ ROUTER_MODULES = [
     "services.query.routes.tools",
     "services.query.routes.users",
     "services.query.routes.admin",
+    "services.query.routes.embeddings",
+    "services.query.routes.decisions",
+    "services.query.routes.people",
+    "services.query.routes.context",
 ]
 
 

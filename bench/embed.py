@@ -1,0 +1,161 @@
+"""bench.embed: does the pipeline cost anything on top of the local model?
+
+Publishes 5,000 turns (50 users) on ``turns`` with the local model on, and times
+until every message has its vector stored (ingest → ``embed`` → embedder →
+PostgreSQL). In the same run the bare model embeds the same texts in the same
+batch size, once before and once after the pipeline (the mean is used: the
+machine may be shared). Writes bench/results/embed.json and prints a table.
+
+Ingest runs as its own process (as deployed); the embedder runs in this process
+so the model, loaded once for the bare run, is warm for both. Uses an embedded
+PostgreSQL and Redis in a temp dir unless ENGRAM_DATABASE_URL / ENGRAM_REDIS_URL
+are set. Run: ``python -m bench.embed [turns]`` (or ``make bench-embed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import random
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+import redis.asyncio as aioredis
+from pydantic import SecretStr
+from tqdm import tqdm
+
+from bench.common import stack
+from services.embedder.app import create_app as embedder_app
+from services.embedder.settings import EmbedderSettings
+from services.ingest.settings import IngestSettings
+from shared.db import connect
+from shared.embedded import free_port
+from shared.embeddings import local
+from shared.events import TurnReceived
+from shared.migrate import migrate
+from shared.streams import Publisher
+
+RESULTS = Path(__file__).parent / "results" / "embed.json"
+BATCH = 64
+USERS = 50
+
+SUBJECTS = ["my sister", "the landlord", "our team", "the dentist", "my kid", "the bank",
+            "grandma", "the new manager", "my neighbour", "the plumber", "my partner"]
+VERBS = ["called about", "reminded me of", "asked me to reschedule", "complained about",
+         "sent a note about", "wants to talk about", "forgot", "is excited about"]
+OBJECTS = ["the quarterly report", "Saturday's birthday party", "the broken heater",
+           "a vegan recipe for lasagne", "the flight to Lisbon on the 14th",
+           "renewing the passport", "the invoice from March", "piano lessons on Tuesdays",
+           "the leaking kitchen tap", "a hiking trip in the Alps", "the school play"]
+TAILS = ["", " and I need to answer by Friday", " — can you remind me tomorrow?",
+         ", which I keep forgetting", " and it is costing us money", " again",
+         ". Please note that I prefer mornings for calls."]
+
+
+def texts(n: int) -> list[str]:
+    rng = random.Random(42)
+    return [
+        f"{rng.choice(SUBJECTS).capitalize()} {rng.choice(VERBS)} {rng.choice(OBJECTS)}"
+        f"{rng.choice(TAILS)} (note {i})"
+        for i in range(n)
+    ]
+
+
+def bare_model(corpus: list[str]) -> float:
+    started = time.perf_counter()
+    for i in tqdm(range(0, len(corpus), BATCH), desc="bare model", unit="batch"):
+        local.encode(corpus[i:i + BATCH], batch_size=BATCH)
+    return time.perf_counter() - started
+
+
+async def pipeline(db_url: str, redis_url: str, data_dir: Path, corpus: list[str]) -> float:
+    from tests.support import running, start_service, wait_healthy
+
+    prefix = f"bench{uuid.uuid4().hex[:6]}:"
+    common = {"database_url": SecretStr(db_url), "redis_url": SecretStr(redis_url),
+              "data_dir": data_dir, "stream_prefix": prefix}
+    es = EmbedderSettings(**common, embedding_provider="local", embed_batch_size=BATCH,
+                          embedding_local_batch=BATCH, embedder_port=free_port())
+    ingest_settings = IngestSettings(**common, ingest_port=free_port())
+    ingest = start_service("ingest", ingest_settings)
+    pool = await asyncpg.create_pool(db_url, min_size=1, max_size=2)
+    redis = aioredis.from_url(redis_url)
+    users = [f"bench-{prefix[5:-1]}-{u}" for u in range(USERS)]
+    turns = [
+        TurnReceived(user_id=users[i % USERS], provider="bench", chat_id=f"c{i % USERS}",
+                     role="user", content=t)
+        for i, t in enumerate(corpus)
+    ]
+    try:
+        await wait_healthy(ingest_settings.ingest_port, ingest)
+        async with running(embedder_app(es)):
+            publisher = Publisher(redis, es)
+            started = time.perf_counter()
+            for i in range(0, len(turns), 500):
+                await publisher.publish("turns", turns[i:i + 500])
+            with tqdm(total=len(turns), desc="pipeline", unit="text") as bar:
+                while True:
+                    done = int(await pool.fetchval(
+                        "SELECT count(*) FROM messages WHERE user_id = ANY($1::text[]) "
+                        "AND embedding_state = 'ready'", users,
+                    ))
+                    bar.update(done - bar.n)
+                    if done >= len(turns):
+                        break
+                    await asyncio.sleep(0.05)
+            elapsed = time.perf_counter() - started
+        errors = await pool.fetchval(
+            "SELECT count(*) FROM messages WHERE user_id = ANY($1::text[]) "
+            "AND embedding_state <> 'ready'", users,
+        )
+        assert errors == 0, f"{errors} rows not ready"
+        return elapsed
+    finally:
+        ingest.terminate()
+        ingest.wait(10)
+        await redis.aclose()
+        await pool.close()
+
+
+async def main(n: int) -> None:
+    corpus = texts(n)
+    with stack() as (db_url, redis_url, tmp):
+        assert redis_url is not None
+        conn = await connect(db_url, codecs=False)
+        await migrate(conn, embedding_dim=384)
+        await conn.close()
+        print("loading the model…")
+        local.encode(corpus[:BATCH], batch_size=BATCH)  # load + warm up
+        # bare, pipeline, bare again: the machine is shared, so the model's time is the
+        # mean of a run before and one after the pipeline's
+        before_s = bare_model(corpus)
+        pipeline_s = await pipeline(db_url, redis_url, tmp, corpus)
+        after_s = bare_model(corpus)
+        model_s = (before_s + after_s) / 2
+    model_rate = n / model_s
+    pipeline_rate = n / pipeline_s
+    result = {
+        "texts": n, "batch_size": BATCH, "users": USERS,
+        "model_seconds": round(model_s, 2), "pipeline_seconds": round(pipeline_s, 2),
+        "model_seconds_runs": [round(before_s, 2), round(after_s, 2)],
+        "model_texts_per_s": round(model_rate, 1),
+        "pipeline_texts_per_s": round(pipeline_rate, 1),
+        "ratio": round(pipeline_rate / model_rate, 3),
+        "cpus": os.cpu_count(), "machine": platform.platform(),
+        "note": "2-core machine shared with other work while measured",
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\n{'':<10}{'seconds':>10}{'texts/s':>10}")
+    print(f"{'model':<10}{model_s:>10.2f}{model_rate:>10.1f}")
+    print(f"{'pipeline':<10}{pipeline_s:>10.2f}{pipeline_rate:>10.1f}")
+    print(f"ratio (pipeline / model): {result['ratio']:.3f}  (target ≥ 0.9)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 5000))

@@ -1,0 +1,164 @@
+"""bench/ingest: turns per second end to end (Redis → ingest service → PostgreSQL).
+
+Publishes N turns (default 100,000) over 200 users × 5 chats to the ``turns``
+stream while the ingest service runs as its own process, and times until every
+one is committed. In the same run, times a plain asyncpg COPY of the same rows
+into the same table (with its indexes) as the floor.
+
+    python -m bench.ingest [--turns 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import redis.asyncio as aioredis
+
+from bench.common import Progress, bench_stack, table, write_result
+from shared.events import TurnReceived, encode
+from shared.settings import CommonSettings
+from shared.streams import EVENT_FIELD
+
+USERS, CHATS = 200, 5
+WORDS = ("remember the meeting with sarah about the garden project next tuesday and "
+         "bring the blue notebook coffee weather travel plans dinner italian").split()
+
+
+def make_turns(n: int, run: str) -> list[TurnReceived]:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    out = []
+    for i in range(n):
+        u = i % USERS
+        words = [WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(12)]
+        out.append(TurnReceived(
+            user_id=f"{run}-u{u}", display_name=f"User {u}", provider="bench",
+            chat_id=f"c{(i // USERS) % CHATS}", role="user" if i % 2 == 0 else "assistant",
+            content=" ".join(words) + f" #{i}", occurred_at=t0 + timedelta(seconds=i),
+        ))
+    return out
+
+
+async def pipeline_run(settings: CommonSettings, turns: list[TurnReceived], run: str) -> float:
+    redis = aioredis.from_url(settings.require_redis_url())
+    pool = await asyncpg.create_pool(settings.require_database_url(), min_size=1, max_size=2)
+    env = {**__import__("os").environ,
+           "ENGRAM_DATABASE_URL": settings.require_database_url(),
+           "ENGRAM_REDIS_URL": settings.require_redis_url(),
+           "ENGRAM_STREAM_PREFIX": settings.stream_prefix,
+           "ENGRAM_INGEST_PORT": str(settings.ingest_port),
+           "ENGRAM_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen([sys.executable, "-m", "services.ingest"], env=env)
+    try:
+        import httpx
+
+        for _ in range(300):
+            try:
+                if httpx.get(f"http://127.0.0.1:{settings.ingest_port}/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.1)
+        payloads = [encode(t) for t in turns]
+        key = settings.stream("turns")
+        progress = Progress("pipeline", len(turns))
+        started = time.perf_counter()
+
+        async def publish() -> None:
+            for i in range(0, len(payloads), 2000):
+                pipe = redis.pipeline(transaction=False)
+                for p in payloads[i:i + 2000]:
+                    pipe.xadd(key, {EVENT_FIELD: p})
+                await pipe.execute()
+
+        publisher = asyncio.create_task(publish())
+        while True:
+            done = await pool.fetchval(
+                "SELECT count(*) FROM messages WHERE user_id LIKE $1", f"{run}-%")
+            progress.update(done)
+            if done >= len(turns):
+                break
+            await asyncio.sleep(0.05)
+        elapsed = time.perf_counter() - started
+        progress.update(len(turns), force=True)
+        await publisher
+        return elapsed
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        await redis.aclose()
+        await pool.close()
+
+
+async def copy_run(settings: CommonSettings, turns: list[TurnReceived], run: str) -> float:
+    """The floor: the same rows COPYed straight into messages (users/episodes made first)."""
+    conn = await asyncpg.connect(settings.require_database_url())
+    try:
+        users = sorted({t.user_id for t in turns})
+        await conn.executemany(
+            "INSERT INTO users (id) VALUES ($1)", [(f"{u}-copy",) for u in users]
+        )
+        episodes: dict[tuple[str, str], uuid.UUID] = {}
+        for t in turns:
+            episodes.setdefault((t.user_id, t.chat_id), uuid.uuid4())
+        await conn.executemany(
+            """INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at)
+               VALUES ($1, $2, 'bench', $3, now(), now())""",
+            [(e, f"{u}-copy", c) for (u, c), e in episodes.items()],
+        )
+        records = [
+            (uuid.uuid4(), f"{t.user_id}-copy", episodes[(t.user_id, t.chat_id)], t.provider,
+             t.chat_id, t.role, t.display_name, t.content, t.occurred_at)
+            for t in turns
+        ]
+        started = time.perf_counter()
+        await conn.copy_records_to_table(
+            "messages", records=records,
+            columns=["event_id", "user_id", "episode_id", "provider", "chat_id", "role",
+                     "display_name", "content", "occurred_at"],
+        )
+        return time.perf_counter() - started
+    finally:
+        await conn.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--turns", type=int, default=100_000)
+    args = ap.parse_args()
+    run = f"b{uuid.uuid4().hex[:6]}"
+    turns = make_turns(args.turns, run)
+    print(f"bench/ingest: {args.turns:,} turns, {USERS} users x {CHATS} chats")
+    with bench_stack("ingest") as settings:
+        pipeline_s = asyncio.run(pipeline_run(settings, turns, run))
+        copy_s = asyncio.run(copy_run(settings, turns, run))
+    turns_per_s = args.turns / pipeline_s
+    copy_rows_per_s = args.turns / copy_s
+    result = {
+        "turns": args.turns,
+        "pipeline_seconds": round(pipeline_s, 3),
+        "copy_seconds": round(copy_s, 3),
+        "turns_per_s": round(turns_per_s),
+        "copy_rows_per_s": round(copy_rows_per_s),
+        "ratio": round(turns_per_s / copy_rows_per_s, 3),
+        "target_turns_per_s": 10_000,
+    }
+    path = write_result("ingest", result)
+    print(table(
+        [("end to end (Redis → ingest → PostgreSQL)", f"{pipeline_s:.2f}", f"{turns_per_s:,.0f}"),
+         ("asyncpg COPY floor", f"{copy_s:.2f}", f"{copy_rows_per_s:,.0f}")],
+        ("path", "seconds", "rows/s"),
+    ))
+    print(f"ratio (pipeline / COPY): {result['ratio']:.2f}   target ≥ 10,000 turns/s: "
+          f"{'met' if turns_per_s >= 10_000 else 'NOT met'}   → {path}")
+
+
+if __name__ == "__main__":
+    main()

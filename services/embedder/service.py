@@ -1,0 +1,139 @@
+"""Embedder use cases: embed what ``EmbedRequested`` names, retry what waited, gauges.
+
+No FastStream, no HTTP here. Guarantees: a row gets a vector at most once per
+pending period (redelivered requests find it ``ready`` and skip it); a provider
+outage never loses a row (it stays ``pending`` and is retried with backoff); a
+memory item that becomes ``ready`` is announced on ``memories``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from services.embedder.metrics import EmbedderMetrics
+from services.embedder.settings import EmbedderSettings
+from shared.embeddings import lifecycle, store
+from shared.embeddings.pipeline import Item, Options, Outcome, embed_items
+from shared.embeddings.providers import ProviderConfig, ProviderRegistry
+from shared.embeddings.user_settings import resolve_config
+from shared.errors import ConfigError
+from shared.events import EmbedKind, EmbedRequested, MemoryChanged
+from shared.streams import Delivery, Publisher, Rejections
+
+log = logging.getLogger(__name__)
+
+Wanted = dict[str, dict[EmbedKind, set[Any]]]
+
+COUNT_STATE = {
+    (t.name, state): f"SELECT count(*) FROM {t.name} WHERE embedding_state = '{state}'"
+    for t in store.TABLES.values() for state in ("pending", "error")
+}
+
+
+def options(settings: EmbedderSettings) -> Options:
+    return Options(
+        dim=settings.embedding_dim, batch=settings.embed_batch_size,
+        parallel=settings.embed_parallel, retry_backoff_s=settings.embed_retry_backoff_s,
+        retry_max_s=settings.embed_retry_max_s,
+    )
+
+
+async def handle_requests(
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    deliveries: Sequence[Delivery[EmbedRequested]],
+    *,
+    settings: EmbedderSettings,
+    registry: ProviderRegistry,
+    metrics: EmbedderMetrics | None = None,
+) -> Rejections:
+    """Embed every pending row the requests name, texts of all requests merged per provider."""
+    rejected: Rejections = {}
+    wanted: Wanted = defaultdict(lambda: defaultdict(set))
+    for d in deliveries:
+        parsed: list[tuple[EmbedKind, Any]] = []
+        try:
+            for t in d.event.targets:
+                parsed.append((t.kind, store.parse_id(t.kind, t.id)))
+        except ValueError:
+            rejected[d.entry_id] = f"target {t.kind} id {t.id!r} is not a valid id"
+            continue
+        for kind, row_id in parsed:
+            wanted[d.event.user_id][kind].add(row_id)
+    await embed_wanted(pool, publisher, wanted, settings=settings, registry=registry,
+                       metrics=metrics)
+    return rejected
+
+
+async def embed_wanted(
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    wanted: Wanted,
+    *,
+    settings: EmbedderSettings,
+    registry: ProviderRegistry,
+    metrics: EmbedderMetrics | None = None,
+) -> Outcome:
+    items: list[Item] = []
+    configs: dict[str, ProviderConfig] = {}
+    opts = options(settings)
+    for user_id, kinds in wanted.items():
+        try:
+            config = await resolve_config(pool, user_id, settings)
+        except ConfigError as exc:
+            # The user's settings cannot be used now (e.g. the key cannot be decrypted):
+            # keep their rows and try again later, with the reason on the rows.
+            for kind, ids in kinds.items():
+                await store.defer(pool, user_id, kind, list(ids), error=str(exc),
+                                  backoff_s=opts.retry_backoff_s, max_backoff_s=opts.retry_max_s)
+            continue
+        if config is None:
+            continue  # full-text-only: rows stay pending until a provider is configured
+        configs[user_id] = config
+        for kind, ids in kinds.items():
+            rows = await store.fetch_pending(pool, user_id, kind, list(ids),
+                                             max_chars=settings.embed_max_chars)
+            items.extend(Item(user_id, row) for row in rows)
+    outcome = await embed_items(pool, items, configs, registry=registry, options=opts,
+                                observer=metrics)
+    if outcome.memories_ready:
+        await publisher.publish("memories", [
+            MemoryChanged(memory_id=mid, user_id=uid, change="embedded")
+            for uid, mid in outcome.memories_ready
+        ])
+    return outcome
+
+
+async def retry_due(
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    settings: EmbedderSettings,
+    registry: ProviderRegistry,
+    metrics: EmbedderMetrics | None = None,
+    limit: int = 500,
+) -> Outcome:
+    """Embed rows whose provider was down and whose retry time has come."""
+    wanted: Wanted = defaultdict(lambda: defaultdict(set))
+    for kind in store.TABLES:
+        for user_id, row_id in await store.due_for_retry(pool, kind, limit=limit):
+            wanted[user_id][kind].add(row_id)
+    if not wanted:
+        return Outcome()
+    return await embed_wanted(pool, publisher, wanted, settings=settings, registry=registry,
+                              metrics=metrics)
+
+
+async def refresh_gauges(pool: asyncpg.Pool, metrics: EmbedderMetrics) -> None:
+    """Rows pending and in error per table; rebuild progress (finishing done rebuilds)."""
+    for (table, state), sql in COUNT_STATE.items():
+        metrics.rows_state.labels(table, state).set(int(await pool.fetchval(sql) or 0))
+    active = await lifecycle.active_rebuilds(pool)
+    metrics.rebuilds_active.set(len(active))
+    metrics.rebuild_total.set(sum(s.total for s in active))
+    metrics.rebuild_remaining.set(sum(s.pending for s in active))

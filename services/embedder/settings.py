@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from pydantic import Field
+
+from shared.embeddings.settings import EmbeddingSettings
+
+
+class EmbedderSettings(EmbeddingSettings):
+    """The embedder service: batching, retries of pending rows, gauges."""
+
+    embed_batch_size: int = Field(default=64, description="texts per provider call (N)")
+    embed_read_batch: int = Field(
+        default=200, description="stream entries read at once; their texts are merged"
+    )
+    embed_parallel: int = Field(
+        default=2, description="provider calls in flight per read (overlaps model and writes)"
+    )
+    embed_max_chars: int = Field(default=8000, description="longer texts are cut")
+    embed_retry_backoff_s: float = Field(
+        default=5.0, description="first retry of rows whose provider was down, doubled"
+    )
+    embed_retry_max_s: float = Field(default=600.0, description="longest retry delay")
+    embed_sweep_s: float = Field(default=2.0, description="how often due retries are looked for")
+    embed_gauge_s: float = Field(default=15.0, description="how often row gauges are refreshed")

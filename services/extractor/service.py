@@ -1,0 +1,297 @@
+"""Extractor use cases: summarise a closed episode, learn its facts, sweep idle episodes.
+
+Guarantees:
+- an episode is (re-)extracted only when it is due: never extracted, or turns
+  were stored after its last extraction (``turn_count`` changed, or
+  ``last_active_at`` > ``extracted_at``); running twice changes nothing;
+- model output that stays invalid is recorded in ``episodes.extraction_error``
+  (the episode is not retried until it has new turns); an unreachable model or
+  database raises, so the stream retries the request later;
+- the summary is stored with its embedding ``pending`` and an ``EmbedRequested``
+  is published after the commit, as are the new facts'.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+
+from services.extractor.metrics import ExtractorMetrics
+from shared.errors import EngramError, InvalidModelOutput
+from shared.events import EmbedRequested, EmbedTarget, ExtractRequested, MemoryChanged
+from shared.llm.jobs import Extractor
+from shared.llm.offline import summarize as offline_summary
+from shared.llm.schemas import EpisodeSummary
+from shared.llm.transcript import Transcript, from_messages
+from shared.memory.facts import FactResult, apply_plan, plan_facts
+from shared.memory.narrative import regenerate_user_summary
+from shared.memory.secrets import redact
+from shared.memory.vectors import TextEmbedder
+from shared.streams import Delivery, Publisher, Rejections
+
+log = logging.getLogger(__name__)
+
+CONSUMER = "extractor"
+MIN_TURNS_FOR_SUMMARY = 3
+
+EmbedderFor = Callable[[str], Awaitable[TextEmbedder | None]]
+
+LOAD_EPISODE = """
+SELECT e.id, e.user_id, e.status, e.started_at, e.last_active_at, e.turn_count,
+       e.extracted_at, e.extracted_turn_count, e.extraction_error,
+       coalesce(e.display_name, u.display_name) AS user_name
+FROM episodes e JOIN users u ON u.id = e.user_id
+WHERE e.id = $1 AND e.user_id = $2
+"""
+
+LOAD_MESSAGES = """
+SELECT role, content, tool_name, tool_args, tool_result, display_name, occurred_at
+FROM messages WHERE episode_id = $1 AND user_id = $2
+ORDER BY occurred_at, id
+"""
+
+SEEN = "SELECT true FROM processed_events WHERE consumer = $1 AND event_id = $2"
+
+MARK_PROCESSED = """
+INSERT INTO processed_events (event_id, consumer) VALUES ($1, $2)
+ON CONFLICT DO NOTHING RETURNING true
+"""
+
+STORE_SUMMARY = """
+UPDATE episodes
+SET summary = $3, summary_text = $4, extracted_at = greatest(now(), last_active_at),
+    extracted_turn_count = $5, extraction_error = $6,
+    embedding_state = 'pending', embedding_error = NULL, updated_at = now()
+WHERE id = $1 AND user_id = $2
+"""
+
+RECORD_ERROR = """
+UPDATE episodes SET extraction_error = $3, extracted_turn_count = $4, updated_at = now()
+WHERE id = $1 AND user_id = $2
+"""
+
+DUE = """(e.turn_count IS DISTINCT FROM e.extracted_turn_count
+          OR (e.extracted_at IS NULL AND e.extraction_error IS NULL)
+          OR e.last_active_at > e.extracted_at)"""
+
+CLOSE_IDLE = """
+UPDATE episodes e
+SET status = 'closed', closed_at = e.last_active_at, extract_requested_at = now(),
+    updated_at = now()
+FROM (SELECT id FROM episodes
+      WHERE status = 'open' AND last_active_at < now() - $1::interval
+      ORDER BY last_active_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
+WHERE e.id = d.id
+RETURNING e.id, e.user_id
+"""
+
+REQUEUE_DUE = f"""
+UPDATE episodes e SET extract_requested_at = now()
+FROM (SELECT id FROM episodes e
+      WHERE e.status = 'closed' AND e.updated_at < now() - $1::interval
+        AND (e.extract_requested_at IS NULL
+             OR e.extract_requested_at <= e.extracted_at  -- that request was served
+             OR e.extract_requested_at < now() - $1::interval)  -- that request was lost
+        AND {DUE}
+      ORDER BY e.last_active_at LIMIT $2 FOR UPDATE SKIP LOCKED) d
+WHERE e.id = d.id
+RETURNING e.id, e.user_id
+"""
+
+
+@dataclass
+class Extraction:
+    """What the extraction use case needs (built once by the composition root)."""
+
+    pool: asyncpg.Pool
+    publisher: Publisher
+    extractor: Extractor
+    embedder_for: EmbedderFor
+    dim: int
+    max_facts: int = 5
+    metrics: ExtractorMetrics | None = None
+
+    def count(self, what: str, outcome: str, n: int = 1) -> None:
+        if self.metrics is not None and n:
+            getattr(self.metrics, what).labels(outcome).inc(n)
+
+
+class EpisodeNotFound(EngramError):
+    """The request names an episode this user does not have."""
+
+
+def is_due(ep: asyncpg.Record | dict[str, Any]) -> bool:
+    if ep["turn_count"] != ep["extracted_turn_count"]:
+        return True
+    if ep["extracted_at"] is None:
+        return ep["extraction_error"] is None
+    return bool(ep["last_active_at"] > ep["extracted_at"])
+
+
+def summary_text(s: EpisodeSummary) -> str:
+    """The text that is embedded and searched: title, summary, key points, topics."""
+    parts = [s.title, s.summary]
+    if s.key_points:
+        parts.append("Key points: " + "; ".join(s.key_points))
+    if s.topics:
+        parts.append("Topics: " + ", ".join(s.topics))
+    return "\n".join(parts)
+
+
+def _redacted(s: EpisodeSummary) -> EpisodeSummary:
+    return EpisodeSummary(
+        title=redact(s.title)[:200], summary=redact(s.summary),
+        key_points=[redact(p) for p in s.key_points], outcome=s.outcome,
+        topics=[redact(t) for t in s.topics],
+    )
+
+
+async def handle_requests(
+    x: Extraction, deliveries: Sequence[Delivery[ExtractRequested]]
+) -> Rejections:
+    """Extract each requested episode in turn; refuse requests naming no such episode."""
+    rejected: Rejections = {}
+    done: set[uuid.UUID] = set()
+    for d in deliveries:
+        if d.event.episode_id in done:
+            x.count("episodes", "duplicate")
+            continue
+        try:
+            outcome = await extract_episode(x, d.event)
+        except EpisodeNotFound as exc:
+            rejected[d.entry_id] = str(exc)
+            x.count("episodes", "rejected")
+            continue
+        done.add(d.event.episode_id)
+        x.count("episodes", outcome)
+    return rejected
+
+
+async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
+    """Summarise the episode and learn its facts if it is due; return the outcome."""
+    async with x.pool.acquire() as conn:
+        if await conn.fetchval(SEEN, CONSUMER, request.event_id):
+            return "duplicate"
+        ep = await conn.fetchrow(LOAD_EPISODE, request.episode_id, request.user_id)
+        if ep is None:
+            raise EpisodeNotFound(
+                f"episode {request.episode_id} does not exist for user {request.user_id}"
+            )
+        if request.reason != "manual" and (ep["status"] == "open" or not is_due(ep)):
+            await conn.execute(MARK_PROCESSED, request.event_id, CONSUMER)
+            return "open" if ep["status"] == "open" else "up_to_date"
+        rows = await conn.fetch(LOAD_MESSAGES, request.episode_id, request.user_id)
+    transcript = from_messages(rows, user_name=ep["user_name"])
+    turns = int(ep["turn_count"])
+
+    try:
+        summary, method = await _summarize(x, transcript)
+    except InvalidModelOutput as exc:
+        log.warning("episode %s: %s", request.episode_id, exc)
+        async with x.pool.acquire() as conn, conn.transaction():
+            if await conn.fetchval(MARK_PROCESSED, request.event_id, CONSUMER):
+                await conn.execute(RECORD_ERROR, request.episode_id, request.user_id,
+                                   f"summary: {exc}", turns)
+        return "error"
+
+    candidates = []
+    facts_error: str | None = None
+    if transcript.turns:
+        try:
+            candidates = await x.extractor.extract_facts(
+                transcript, summary, occurred_at=ep["started_at"]
+            )
+        except InvalidModelOutput as exc:
+            log.warning("episode %s: %s", request.episode_id, exc)
+            facts_error = f"facts: {exc}"
+    embedder = await x.embedder_for(request.user_id) if candidates else None
+    plan = await plan_facts(
+        x.pool, user_id=request.user_id, candidates=candidates, occurred_at=ep["started_at"],
+        embedder=embedder, same_fact=x.extractor.same_fact, dim=x.dim,
+    )
+
+    document = {
+        **summary.model_dump(), "method": method, "extractor": x.extractor.name,
+        "turns": transcript.turns, "minimal": method == "minimal",
+    }
+    async with x.pool.acquire() as conn, conn.transaction():
+        if not await conn.fetchval(MARK_PROCESSED, request.event_id, CONSUMER):
+            return "duplicate"
+        await conn.execute("SELECT 1 FROM episodes WHERE id = $1 FOR UPDATE", request.episode_id)
+        await conn.execute(STORE_SUMMARY, request.episode_id, request.user_id, document,
+                           summary_text(summary), turns, facts_error)
+        result = await apply_plan(
+            conn, plan, user_id=request.user_id, episode_id=request.episode_id,
+            extractor_name=x.extractor.name, heuristic=x.extractor.heuristic,
+            limit=x.max_facts,
+        )
+    _count_facts(x, result)
+    if result.changed:
+        await _refresh_narrative(x, request.user_id)
+    await _publish(x, request.user_id, request.episode_id, result)
+    return "error" if facts_error else "extracted"
+
+
+async def _summarize(x: Extraction, transcript: Transcript) -> tuple[EpisodeSummary, str]:
+    if transcript.turns < MIN_TURNS_FOR_SUMMARY:
+        return _redacted(offline_summary(transcript)), "minimal"
+    summary = await x.extractor.summarize(transcript)
+    return _redacted(summary), ("heuristic" if x.extractor.heuristic else "llm")
+
+
+def _count_facts(x: Extraction, r: FactResult) -> None:
+    x.count("facts", "stored", len(r.stored))
+    x.count("facts", "confirmed", len(r.confirmed))
+    x.count("facts", "superseded", len(r.superseded))
+    x.count("facts", "review", r.reviewed)
+    x.count("facts", "dropped", r.dropped)
+
+
+async def _refresh_narrative(x: Extraction, user_id: str) -> None:
+    try:
+        await regenerate_user_summary(x.pool, user_id, x.extractor.narrative)
+    except InvalidModelOutput as exc:
+        # The facts are stored; the narrative is rebuilt at the next change.
+        log.warning("narrative for a user not rebuilt: %s", exc)
+
+
+async def _publish(
+    x: Extraction, user_id: str, episode_id: uuid.UUID, result: FactResult
+) -> None:
+    targets = [EmbedTarget(kind="episode", id=str(episode_id))]
+    targets += [EmbedTarget(kind="memory", id=str(m)) for m in result.stored]
+    await x.publisher.publish("embed", [EmbedRequested(user_id=user_id, targets=targets)])
+    changes = [MemoryChanged(memory_id=m, user_id=user_id, change="added") for m in result.stored]
+    changes += [MemoryChanged(memory_id=m, user_id=user_id, change="superseded")
+                for m in result.superseded]
+    if changes:
+        await x.publisher.publish("memories", changes)
+
+
+async def sweep(
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    idle: timedelta,
+    batch: int = 500,
+    metrics: ExtractorMetrics | None = None,
+) -> list[ExtractRequested]:
+    """Close episodes idle for ``idle`` and ask for extraction of every closed episode
+    that has turns after its last extraction (or whose request was lost)."""
+    async with pool.acquire() as conn:
+        closed = await conn.fetch(CLOSE_IDLE, idle, batch)
+        due = await conn.fetch(REQUEUE_DUE, idle, batch)
+    requests = [ExtractRequested(episode_id=r["id"], user_id=r["user_id"], reason="stale")
+                for r in [*closed, *due]]
+    if requests:
+        await publisher.publish("extract", requests)
+    if metrics is not None:
+        metrics.swept.labels("closed").inc(len(closed))
+        metrics.swept.labels("requeued").inc(len(due))
+    return requests

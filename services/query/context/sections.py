@@ -1,0 +1,96 @@
+"""Jarvus's prompt construction (6.1-6.2): facts and preferences, recent episodes,
+available procedures, each under its own heading, cut to the token budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from services.query.context.budget import Block, fit_blocks
+from services.query.context.models import ContextIn, ContextOut
+from shared.memory.recall import QueryVector
+from shared.memory.search import MemoryHit, is_member, search_memories
+
+FACT_TYPES = ["fact", "preference", "instruction", "decision"]
+PROCEDURE_TYPES = ["procedure", "workflow"]
+LIMIT = 5
+
+RECENT_EPISODES = """
+(SELECT 'memory' AS kind, id::text AS id, content, data, created_at AS at
+ FROM memory_items
+ WHERE user_id = $1 AND type = 'episode' AND status = 'active' AND superseded_at IS NULL
+   AND (expires_at IS NULL OR expires_at > now())
+ ORDER BY created_at DESC LIMIT $2)
+UNION ALL
+(SELECT 'session', id::text, summary_text, '{}'::jsonb, coalesce(closed_at, last_active_at)
+ FROM episodes
+ WHERE user_id = $1 AND summary_text IS NOT NULL AND summary_text <> ''
+ ORDER BY last_active_at DESC LIMIT $2)
+ORDER BY at DESC
+LIMIT $2
+"""
+
+
+def _line(text: str, limit: int = 400) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def fact_line(hit: MemoryHit) -> str:
+    return f"- {_line(str(hit.data.get('text') or hit.content))}"
+
+
+def episode_line(content: str, data: dict[str, Any]) -> str:
+    kind = data.get("type")
+    if kind == "chrome_action":
+        return (f"- Chrome: {data.get('action')} {data.get('target')} on {data.get('url')} "
+                f"({data.get('result')})")
+    if kind == "feedback":
+        return f"- Feedback: {data.get('user_response')} ({data.get('notes', '')})"
+    if kind == "workflow_execution":
+        return f"- Workflow: {data.get('workflow_id')} result: {data.get('result')}"
+    return f"- {_line(content)}"
+
+
+def procedure_line(hit: MemoryHit) -> str:
+    desc = str(hit.data.get("description") or hit.content)
+    steps = hit.data.get("steps")
+    n = len(steps) if isinstance(steps, list) else None
+    return f"- {_line(desc)}" + (f" (steps: {n})" if n is not None else "")
+
+
+async def assemble_sections(
+    pool: asyncpg.Pool, user_id: str, body: ContextIn, qv: QueryVector
+) -> ContextOut:
+    chat = body.chat.chat() if body.chat else None
+    async with pool.acquire() as conn:
+        member = await is_member(conn, user_id, chat) if chat else False
+        facts = await search_memories(conn, user_id, query=body.message, vector=qv.vector,
+                                      model=qv.model, chat=chat, member=member,
+                                      types=FACT_TYPES, limit=LIMIT)
+        procedures = await search_memories(conn, user_id, query=body.message, vector=qv.vector,
+                                           model=qv.model, chat=chat, member=member,
+                                           types=PROCEDURE_TYPES, limit=LIMIT)
+        episodes = await conn.fetch(RECENT_EPISODES, user_id, LIMIT)
+    fitted = fit_blocks([
+        Block("facts", "User Preferences and Facts:", [fact_line(h) for h in facts]),
+        Block("episodes", "Recent User Actions and Feedback:",
+              [episode_line(r["content"], dict(r["data"] or {})) for r in episodes]),
+        Block("procedures", "Available Workflows/Procedures:",
+              [procedure_line(h) for h in procedures]),
+    ], body.token_budget)
+    return ContextOut(
+        policy="sections", text=fitted.text, tokens=fitted.tokens,
+        token_budget=body.token_budget, truncated=fitted.dropped, retrieval=qv.retrieval,
+        warning=qv.warning,
+        sections={
+            "facts": [{"id": str(facts[i].id), "type": facts[i].type,
+                       "content": facts[i].content} for i in fitted.kept["facts"]],
+            "episodes": [{"kind": episodes[i]["kind"], "id": episodes[i]["id"],
+                          "content": episodes[i]["content"],
+                          "at": episodes[i]["at"].isoformat()} for i in fitted.kept["episodes"]],
+            "procedures": [{"id": str(procedures[i].id), "content": procedures[i].content,
+                            "data": procedures[i].data} for i in fitted.kept["procedures"]],
+        },
+    )

@@ -1,0 +1,128 @@
+"""Provider configurations and the process's registry of provider clients."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+from pydantic import SecretStr
+
+from shared.embeddings.base import Embedder
+from shared.embeddings.http import HttpEndpoint, HttpOptions, OllamaEmbedder, OpenAIEmbedder
+from shared.embeddings.local import LocalEmbedder
+from shared.embeddings.settings import EmbeddingSettings
+from shared.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """Which model embeds a user's texts. ``key`` identifies it for batching and rebuilds."""
+
+    provider: str
+    model: str
+    endpoint_url: str | None = None
+    api_key: SecretStr | None = None
+    dimensions: int | None = None
+    source: str = "system"  # 'system' or 'user'
+
+    @property
+    def key(self) -> tuple[str, str, str | None, int | None, str | None]:
+        secret = self.api_key.get_secret_value() if self.api_key else None
+        return (self.provider, self.model, self.endpoint_url, self.dimensions, secret)
+
+
+def system_config(settings: EmbeddingSettings) -> ProviderConfig | None:
+    """The deployment's provider, or None when ``ENGRAM_EMBEDDING_PROVIDER=none``."""
+    if settings.embedding_provider == "none":
+        return None
+    if settings.embedding_provider != "local" and not settings.embedding_url:
+        raise ConfigError(
+            f"ENGRAM_EMBEDDING_PROVIDER={settings.embedding_provider} needs ENGRAM_EMBEDDING_URL"
+        )
+    return ProviderConfig(
+        provider=settings.embedding_provider,
+        model=settings.embedding_model,
+        endpoint_url=settings.embedding_url,
+        api_key=settings.embedding_api_key,
+        dimensions=settings.embedding_dimensions,
+        source="system",
+    )
+
+
+class ProviderRegistry:
+    """One long-lived HTTP endpoint (client + limits) per base URL; close it at shutdown."""
+
+    def __init__(
+        self,
+        options: HttpOptions | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        local_batch: int = 64,
+    ) -> None:
+        self.options = options or HttpOptions()
+        self._transport = transport
+        self._local_batch = local_batch
+        self._endpoints: dict[str, HttpEndpoint] = {}
+
+    @classmethod
+    def from_settings(
+        cls, settings: EmbeddingSettings, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> ProviderRegistry:
+        return cls(
+            HttpOptions(
+                timeout_s=settings.embedding_timeout_s,
+                retries=settings.embedding_retries,
+                backoff_s=settings.embedding_backoff_s,
+                concurrency=settings.embedding_concurrency,
+            ),
+            transport=transport,
+            local_batch=settings.embedding_local_batch,
+        )
+
+    def endpoint(self, base_url: str) -> HttpEndpoint:
+        base = base_url.rstrip("/")
+        found = self._endpoints.get(base)
+        if found is None:
+            found = HttpEndpoint(base, options=self.options, transport=self._transport)
+            self._endpoints[base] = found
+        return found
+
+    def embedder(self, config: ProviderConfig) -> Embedder:
+        if config.provider == "local":
+            return LocalEmbedder(model=config.model, batch_size=self._local_batch)
+        if not config.endpoint_url:
+            raise ConfigError(f"the {config.provider} provider needs an endpoint URL")
+        api_key = config.api_key.get_secret_value() if config.api_key else None
+        endpoint = self.endpoint(config.endpoint_url)
+        if config.provider == "openai":
+            return OpenAIEmbedder(
+                endpoint, model=config.model, api_key=api_key, dimensions=config.dimensions
+            )
+        if config.provider == "ollama":
+            return OllamaEmbedder(
+                endpoint, model=config.model, api_key=api_key, dimensions=config.dimensions
+            )
+        raise ConfigError(f"unknown embedding provider {config.provider!r}")
+
+    async def aclose(self) -> None:
+        for endpoint in self._endpoints.values():
+            await endpoint.aclose()
+        self._endpoints.clear()
+
+
+_default: ProviderRegistry | None = None
+
+
+def default_registry(settings: EmbeddingSettings) -> ProviderRegistry:
+    """The process-wide registry, made on first use (a service closes it in its lifespan)."""
+    global _default
+    if _default is None:
+        _default = ProviderRegistry.from_settings(settings)
+    return _default
+
+
+async def close_default_registry() -> None:
+    global _default
+    if _default is not None:
+        await _default.aclose()
+        _default = None

@@ -1,0 +1,216 @@
+"""Reading texts to embed and writing vectors back, for messages, memory items and episodes.
+
+Every statement is scoped by user. Writes are guarded so they are idempotent and
+never mix models: a vector lands only on a row that is still ``pending`` and
+whose pending metadata (set by a rebuild) names the same provider and model, or
+none. The three tables share the embedding columns (docs/contracts.md).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+from pgvector import Vector
+
+from shared.events import EmbedKind
+
+MAX_TOOL_CHARS = 300
+
+Executor = asyncpg.Connection | asyncpg.Pool | PoolConnectionProxy
+
+
+@dataclass(frozen=True)
+class Table:
+    kind: EmbedKind
+    name: str
+    id_type: str  # SQL type of the id column
+    text_sql: str  # SQL expression of the text to embed
+
+
+TABLES: dict[EmbedKind, Table] = {
+    "message": Table("message", "messages", "bigint",
+                     "content, role, tool_name, tool_args, tool_result"),
+    "memory": Table("memory", "memory_items", "uuid", "content"),
+    "episode": Table("episode", "episodes", "uuid", "summary_text AS content"),
+}
+
+
+def _statements(t: Table) -> dict[str, str]:
+    # Table and column names come from the fixed TABLES above, never from input.
+    return {
+        "fetch": f"""
+            SELECT id, embedding_provider, embedding_model, {t.text_sql}
+            FROM {t.name}
+            WHERE user_id = $1 AND id = ANY($2::{t.id_type}[]) AND embedding_state = 'pending'
+        """,
+        "write": f"""
+            UPDATE {t.name} AS t
+            SET embedding = u.vec, embedding_state = 'ready', embedding_error = NULL,
+                embedding_provider = $3, embedding_model = $4, embedding_dims = u.dims,
+                embedded_at = now(), embedding_attempts = 0, embedding_retry_at = NULL
+            FROM unnest($2::{t.id_type}[], $5::vector[], $6::int[]) AS u(id, vec, dims)
+            WHERE t.user_id = $1 AND t.id = u.id AND t.embedding_state = 'pending'
+              AND (t.embedding_provider IS NULL
+                   OR (t.embedding_provider = $3 AND t.embedding_model = $4))
+            RETURNING t.id
+        """,
+        "fail": f"""
+            UPDATE {t.name} AS t
+            SET embedding = NULL, embedding_state = 'error', embedding_error = u.error,
+                embedding_provider = $3, embedding_model = $4, embedded_at = now(),
+                embedding_retry_at = NULL
+            FROM unnest($2::{t.id_type}[], $5::text[]) AS u(id, error)
+            WHERE t.user_id = $1 AND t.id = u.id AND t.embedding_state = 'pending'
+              AND (t.embedding_provider IS NULL
+                   OR (t.embedding_provider = $3 AND t.embedding_model = $4))
+            RETURNING t.id
+        """,
+        "defer": f"""
+            UPDATE {t.name}
+            SET embedding_attempts = embedding_attempts + 1, embedding_error = $3,
+                embedding_retry_at = now() + least($4::float8 * 2 ^ embedding_attempts,
+                                                   $5::float8) * interval '1 second'
+            WHERE user_id = $1 AND id = ANY($2::{t.id_type}[]) AND embedding_state = 'pending'
+        """,
+        "due": f"""
+            SELECT user_id, id FROM {t.name}
+            WHERE embedding_state = 'pending' AND embedding_retry_at <= now()
+            ORDER BY embedding_retry_at
+            LIMIT $1
+        """,
+    }
+
+
+SQL: dict[EmbedKind, dict[str, str]] = {k: _statements(t) for k, t in TABLES.items()}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row to embed: where it lives, its text, and the metadata it is pending with."""
+
+    kind: EmbedKind
+    id: int | uuid.UUID
+    text: str
+    pending_provider: str | None
+    pending_model: str | None
+
+
+def parse_id(kind: EmbedKind, raw: str) -> int | uuid.UUID:
+    """The typed id of a target; ValueError for something that cannot be one."""
+    if TABLES[kind].id_type == "bigint":
+        return int(raw)
+    return uuid.UUID(raw)
+
+
+def _brief(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= MAX_TOOL_CHARS else text[:MAX_TOOL_CHARS] + "…"
+
+
+def message_text(
+    content: str, role: str, tool_name: str | None, tool_args: Any, tool_result: Any
+) -> str:
+    """A message's content; a tool turn also names the tool and, briefly, its args and result."""
+    if role != "tool" and not tool_name:
+        return content
+    body = [content] if content else []
+    if tool_args not in (None, {}, []):
+        body.append(f"args: {_brief(tool_args)}")
+    if tool_result is not None:
+        body.append(f"result: {_brief(tool_result)}")
+    head = f"tool {tool_name}" if tool_name else "tool"
+    return f"{head}: {' | '.join(body)}" if body else head
+
+
+async def fetch_pending(
+    conn: Executor,
+    user_id: str,
+    kind: EmbedKind,
+    ids: Sequence[int | uuid.UUID],
+    *,
+    max_chars: int,
+) -> list[Row]:
+    """The user's rows among ``ids`` that still wait for a vector, with their text."""
+    if not ids:
+        return []
+    out = []
+    for r in await conn.fetch(SQL[kind]["fetch"], user_id, list(ids)):
+        if kind == "message":
+            text = message_text(
+                r["content"], r["role"], r["tool_name"], r["tool_args"], r["tool_result"]
+            )
+        else:
+            text = r["content"] or ""
+        out.append(Row(kind, r["id"], text.strip()[:max_chars], r["embedding_provider"],
+                       r["embedding_model"]))
+    return out
+
+
+async def write_vectors(
+    conn: Executor,
+    user_id: str,
+    kind: EmbedKind,
+    *,
+    provider: str,
+    model: str,
+    ids: Sequence[int | uuid.UUID],
+    vectors: Sequence[Sequence[float]],
+    native_dims: Sequence[int],
+) -> list[Any]:
+    """Store vectors (already fitted to the column); return the ids that became ready."""
+    if not ids:
+        return []
+    rows = await conn.fetch(
+        SQL[kind]["write"], user_id, list(ids), provider, model,
+        [Vector(list(v)) for v in vectors], list(native_dims),
+    )
+    return [r["id"] for r in rows]
+
+
+async def mark_errors(
+    conn: Executor,
+    user_id: str,
+    kind: EmbedKind,
+    *,
+    provider: str,
+    model: str,
+    errors: dict[Any, str],
+) -> list[Any]:
+    """Put rows in ``error`` with their message; return the ids changed."""
+    if not errors:
+        return []
+    ids = list(errors)
+    rows = await conn.fetch(
+        SQL[kind]["fail"], user_id, ids, provider, model, [errors[i][:2000] for i in ids]
+    )
+    return [r["id"] for r in rows]
+
+
+async def defer(
+    conn: Executor,
+    user_id: str,
+    kind: EmbedKind,
+    ids: Sequence[Any],
+    *,
+    error: str,
+    backoff_s: float,
+    max_backoff_s: float,
+) -> None:
+    """Keep rows pending and schedule another try (exponential backoff per row)."""
+    if ids:
+        await conn.execute(
+            SQL[kind]["defer"], user_id, list(ids), error[:2000], backoff_s, max_backoff_s
+        )
+
+
+async def due_for_retry(
+    conn: Executor, kind: EmbedKind, *, limit: int
+) -> list[tuple[str, Any]]:
+    """Deferred rows whose retry time has come, across users (the embedder's own sweep)."""
+    return [(r["user_id"], r["id"]) for r in await conn.fetch(SQL[kind]["due"], limit)]

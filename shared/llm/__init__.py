@@ -1,0 +1,1 @@
+"""Language models: an OpenAI-compatible chat client, the extraction jobs, an offline extractor."""

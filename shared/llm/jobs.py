@@ -1,0 +1,218 @@
+"""The extraction jobs (summary, facts, equivalence, narrative, decision rewrite).
+
+:class:`Extractor` is what the pipeline calls; :class:`LLMExtractor` does the
+jobs with a :class:`~shared.llm.client.ChatModel` (prompts from the Nous and
+Navi seeds), :class:`~shared.llm.offline.OfflineExtractor` without one.
+:func:`build_extractor` picks one from the settings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+import httpx
+
+from shared.llm.client import ChatModel, LLMMetrics, OpenAIChatModel
+from shared.llm.offline import OfflineExtractor
+from shared.llm.schemas import (
+    DecisionRewrite,
+    EpisodeSummary,
+    Equivalence,
+    FactCandidate,
+    FactList,
+    Narrative,
+)
+from shared.llm.settings import LLMSettings
+from shared.llm.transcript import Transcript
+
+
+class Extractor(Protocol):
+    """Everything the extractor and the decision use case ask of a model."""
+
+    @property
+    def heuristic(self) -> bool: ...
+
+    @property
+    def name(self) -> str: ...
+
+    async def summarize(self, transcript: Transcript) -> EpisodeSummary: ...
+
+    async def extract_facts(
+        self, transcript: Transcript, summary: EpisodeSummary, *, occurred_at: datetime
+    ) -> list[FactCandidate]: ...
+
+    async def same_fact(self, a: str, b: str) -> bool: ...
+
+    async def narrative(self, user_name: str, facts: Sequence[str]) -> str: ...
+
+    async def rewrite_decision(self, text: str) -> str | None:
+        """One factual sentence, or None when this extractor cannot rewrite."""
+        ...
+
+
+SYSTEM = (
+    "You are the memory extractor of a personal assistant. You read conversation "
+    "transcripts and answer only with one JSON object, no prose, no code fences."
+)
+
+SUMMARY_PROMPT = """Given the following conversation transcript, generate a structured summary.
+
+Transcript:
+{transcript}
+
+Return JSON:
+{{
+  "title": "<5-10 word descriptive title>",
+  "summary": "<100-150 word prose summary>",
+  "key_points": ["<point 1>", "<point 2>", ...],
+  "outcome": "<resolved|partial|unresolved|informational>",
+  "topics": ["<topic1>", "<topic2>", ...]
+}}"""
+
+FACTS_PROMPT = """Review the following conversation summary and transcript and extract any facts \
+worth remembering long-term.
+
+Focus on:
+- User preferences (tools, formats, units, communication style)
+- Project/system facts (architecture, constraints, conventions)
+- People facts (roles, names, relationships)
+- Rules or recurring patterns observed
+
+Rules:
+- The user is {user}. The conversation took place on {date}. Write absolute dates, never \
+"yesterday" or "next week".
+- Attribute each fact to who it is about: what the user says about a friend is a fact about \
+the friend (subject: the friend's name or "my friend", about: "person"); a fact about the \
+user has subject "user" and about "user"; a project or thing has about "other".
+- Something only the assistant said is not a fact the user stated: set stated_by to \
+"assistant" (tool output: "tool", source "tool_call").
+- source: "user_explicit" when the user said it plainly, "tool_call" when a tool returned it, \
+"auto_discovery" when observed from behaviour, otherwise "conversation".
+- Never include passwords, tokens, API keys, card numbers or other secrets.
+
+Summary: {summary}
+Key Points: {key_points}
+
+Transcript (end of the conversation):
+{transcript}
+
+Return JSON (an empty list if nothing is worth storing):
+{{"facts": [
+  {{
+    "subject": "<who/what the fact is about>",
+    "about": "<user|person|other>",
+    "content": "<the fact, stated clearly>",
+    "category": "<preference|technical|person|tool|concept|rule>",
+    "confidence": <0.0-1.0>,
+    "tags": ["<tag1>", "<tag2>"],
+    "source": "<user_explicit|tool_call|auto_discovery|conversation>",
+    "source_context": "<the words of the transcript it comes from>",
+    "stated_by": "<user|assistant|tool>"
+  }}
+]}}
+
+Only include facts that would be genuinely useful to remember across future conversations.
+Skip transient, trivial, or already-known information."""
+
+SAME_PROMPT = """Do these two statements state the same fact (one could replace the other \
+without losing or changing information)?
+
+A: {a}
+B: {b}
+
+Return JSON: {{"same": true|false, "reason": "<one short sentence>"}}"""
+
+NARRATIVE_PROMPT = """Write a short narrative summary (at most 150 words) of what is known \
+about {user}, from these facts. Mention only what the facts say.
+
+Facts:
+{facts}
+
+Return JSON: {{"summary": "<the narrative>"}}"""
+
+DECISION_PROMPT = """The following text was intended as a decision description but is not \
+concise enough. Rewrite it as a single factual statement of max 120 characters describing \
+what was decided.
+
+Original: {description}
+
+Return JSON: {{"decision": "<rewritten decision>"}}"""
+
+
+class LLMExtractor:
+    """The extraction jobs done by a chat model."""
+
+    heuristic = False
+
+    def __init__(self, model: ChatModel) -> None:
+        self.model = model
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    async def summarize(self, transcript: Transcript) -> EpisodeSummary:
+        return await self.model.complete_json(
+            system=SYSTEM,
+            user=SUMMARY_PROMPT.format(transcript=transcript.render()),
+            schema=EpisodeSummary,
+            purpose="summary",
+        )
+
+    async def extract_facts(
+        self, transcript: Transcript, summary: EpisodeSummary, *, occurred_at: datetime
+    ) -> list[FactCandidate]:
+        answer = await self.model.complete_json(
+            system=SYSTEM,
+            user=FACTS_PROMPT.format(
+                user=transcript.user_name or "the user",
+                date=occurred_at.strftime("%A %d %B %Y"),
+                summary=summary.summary,
+                key_points=json.dumps(summary.key_points, ensure_ascii=False),
+                transcript=transcript.tail(),
+            ),
+            schema=FactList,
+            purpose="facts",
+        )
+        return answer.facts
+
+    async def same_fact(self, a: str, b: str) -> bool:
+        answer = await self.model.complete_json(
+            system=SYSTEM, user=SAME_PROMPT.format(a=a, b=b), schema=Equivalence,
+            purpose="equivalence",
+        )
+        return answer.same
+
+    async def narrative(self, user_name: str, facts: Sequence[str]) -> str:
+        answer = await self.model.complete_json(
+            system=SYSTEM,
+            user=NARRATIVE_PROMPT.format(user=user_name, facts="\n".join(f"- {f}" for f in facts)),
+            schema=Narrative,
+            purpose="narrative",
+        )
+        return answer.summary
+
+    async def rewrite_decision(self, text: str) -> str | None:
+        answer = await self.model.complete_json(
+            system=SYSTEM, user=DECISION_PROMPT.format(description=text),
+            schema=DecisionRewrite, purpose="decision",
+        )
+        return answer.decision.strip()
+
+
+def build_extractor(
+    settings: LLMSettings,
+    *,
+    metrics: LLMMetrics | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> tuple[Extractor, OpenAIChatModel | None]:
+    """The model-backed extractor when a model is configured, else the offline one.
+
+    Returns the client too (or None) so the caller can close it."""
+    if not settings.llm_configured:
+        return OfflineExtractor(), None
+    client = OpenAIChatModel.from_settings(settings, metrics=metrics, transport=transport)
+    return LLMExtractor(client), client

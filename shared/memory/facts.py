@@ -1,0 +1,286 @@
+"""Proactive fact learning (Nous F010.4 with Navi's sources and Ash's people and supersession).
+
+Rules applied to the candidates a model (or the offline extractor) proposes:
+
+- what only the assistant said is not a fact the user stated: held for review;
+- secrets (tokens, passwords, API keys, card numbers) are dropped, never stored;
+- confidence (given, else from the source: tool_call and auto_discovery 0.95,
+  user_explicit 0.90, otherwise 0.70) below 0.6: held for review;
+- relative dates are resolved against the episode's time;
+- subjects are resolved to the user's people (a fact about a friend is about
+  the friend; a fact about the user has no subjects);
+- dedupe against the user's active facts about the same subjects: the same
+  text or similarity > 0.90 confirms the existing fact (``last_verified_at``);
+  0.80-0.90 asks the model whether they are the same; below, a new fact;
+- at most 5 new facts per episode (the rest are held for review);
+- a new fact supersedes conflicting ones (see ``supersession``).
+
+Planning (model and embedding calls) happens outside any transaction;
+:func:`apply_plan` writes inside the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import asyncpg
+import numpy as np
+
+from shared.db import audit
+from shared.errors import EngramError, InvalidModelOutput, InvalidRequest
+from shared.llm.schemas import FactCandidate
+from shared.memory.dates import resolve_relative_dates
+from shared.memory.people import SELF_REFERENCES, resolve_or_create_person
+from shared.memory.secrets import find_secret, redact
+from shared.memory.supersession import supersede_conflicts
+from shared.memory.vectors import TextEmbedder, fit
+
+log = logging.getLogger(__name__)
+
+FACT_TYPES = ("fact", "preference")
+MAX_FACTS_PER_EPISODE = 5
+MIN_CONFIDENCE = 0.6
+CONFIRM_SIMILARITY = 0.90
+ASK_SIMILARITY = 0.80
+SOURCE_CONFIDENCE = {"tool_call": 0.95, "auto_discovery": 0.95, "user_explicit": 0.90}
+DEFAULT_CONFIDENCE = 0.70
+
+SameFact = Callable[[str, str], Awaitable[bool]]
+
+NEAREST = """
+SELECT id, content, 1 - (embedding <=> $2) AS similarity
+FROM memory_items
+WHERE user_id = $1 AND status = 'active' AND superseded_at IS NULL
+  AND embedding_state = 'ready' AND scope = 'personal' AND type = ANY($3::text[])
+  AND subjects @> $4::uuid[] AND subjects <@ $4::uuid[]
+ORDER BY embedding <=> $2
+LIMIT 3
+"""
+
+SAME_TEXT = """
+SELECT id FROM memory_items
+WHERE user_id = $1 AND status = 'active' AND superseded_at IS NULL AND scope = 'personal'
+  AND type = ANY($2::text[]) AND lower(content) = lower($3)
+  AND subjects @> $4::uuid[] AND subjects <@ $4::uuid[]
+LIMIT 1
+"""
+
+EPISODE_FACTS = """
+SELECT count(*) FROM memory_items WHERE user_id = $1 AND episode_id = $2 AND data ? 'extractor'
+"""
+
+INSERT_FACT = """
+INSERT INTO memory_items (user_id, type, category, content, data, tags, subjects, source,
+                          source_context, episode_id, confidence, last_verified_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now())
+RETURNING id
+"""
+
+CONFIRM = """
+UPDATE memory_items SET last_verified_at = now(), updated_at = now()
+WHERE id = $1 AND user_id = $2
+"""
+
+INSERT_REVIEW = """
+INSERT INTO fact_reviews (user_id, episode_id, subject, content, category, confidence, source,
+                          source_context, reason, data)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+ON CONFLICT (user_id, episode_id, content) DO NOTHING
+"""
+
+
+@dataclass
+class Fact:
+    """A candidate after normalisation."""
+
+    candidate: FactCandidate
+    content: str
+    confidence: float
+    source_context: str | None
+    subjects: list[uuid.UUID] = field(default_factory=list)
+    vector: list[float] | None = None
+
+    @property
+    def type(self) -> str:
+        return "preference" if self.candidate.category == "preference" else "fact"
+
+
+@dataclass
+class FactPlan:
+    store: list[Fact] = field(default_factory=list)
+    confirm: list[tuple[uuid.UUID, Fact]] = field(default_factory=list)
+    review: list[tuple[Fact, str]] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # reasons only: a secret is never kept
+
+
+@dataclass
+class FactResult:
+    stored: list[uuid.UUID] = field(default_factory=list)
+    confirmed: list[uuid.UUID] = field(default_factory=list)
+    superseded: list[uuid.UUID] = field(default_factory=list)
+    reviewed: int = 0
+    dropped: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.stored or self.superseded)
+
+
+def confidence_of(candidate: FactCandidate) -> float:
+    if candidate.confidence is not None:
+        return float(candidate.confidence)
+    return SOURCE_CONFIDENCE.get(candidate.source, DEFAULT_CONFIDENCE)
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    va, vb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    na, nb = float(np.linalg.norm(va)), float(np.linalg.norm(vb))
+    return float(va @ vb) / (na * nb) if na and nb else 0.0
+
+
+async def plan_facts(
+    pool: asyncpg.Pool,
+    *,
+    user_id: str,
+    candidates: Sequence[FactCandidate],
+    occurred_at: datetime,
+    embedder: TextEmbedder | None,
+    same_fact: SameFact,
+    dim: int,
+) -> FactPlan:
+    """Decide what happens to each candidate; creates the people the facts are about."""
+    plan = FactPlan()
+    kept: list[Fact] = []
+    for c in candidates:
+        secret = find_secret(c.content) or find_secret(c.subject)
+        if secret:
+            plan.dropped.append(f"contains a {secret}")
+            continue
+        fact = Fact(
+            candidate=c,
+            content=resolve_relative_dates(" ".join(c.content.split()), occurred_at),
+            confidence=confidence_of(c),
+            source_context=redact(c.source_context) if c.source_context else None,
+        )
+        if c.stated_by == "assistant":
+            plan.review.append((fact, "stated by the assistant, not by the user"))
+        elif fact.confidence < MIN_CONFIDENCE:
+            plan.review.append((fact, f"confidence {fact.confidence:.2f} below {MIN_CONFIDENCE}"))
+        else:
+            kept.append(fact)
+    kept.sort(key=lambda f: -f.confidence)
+
+    async with pool.acquire() as conn, conn.transaction():
+        for fact in kept:
+            c = fact.candidate
+            if c.about == "person" and c.subject.strip().lower() not in SELF_REFERENCES:
+                try:
+                    person = await resolve_or_create_person(conn, user_id, c.subject, c.content)
+                except InvalidRequest:
+                    continue
+                fact.subjects = [person.person_id]
+
+    if embedder is not None and kept:
+        try:
+            vectors = await embedder.embed([f.content for f in kept])
+            for fact, vec in zip(kept, vectors, strict=True):
+                fact.vector = fit(vec, dim)
+        except EngramError as exc:
+            # Ash: degrade gracefully; exact-text dedupe still applies.
+            log.warning("facts for %s: no embeddings for dedupe (%s)", user_id, exc)
+
+    planned: list[Fact] = []
+    async with pool.acquire() as conn:
+        for fact in kept:
+            same = await conn.fetchval(SAME_TEXT, user_id, list(FACT_TYPES), fact.content,
+                                       fact.subjects)
+            if same is not None:
+                plan.confirm.append((same, fact))
+                continue
+            if any(p.content.lower() == fact.content.lower() and p.subjects == fact.subjects
+                   or (p.vector and fact.vector and p.subjects == fact.subjects
+                       and _cosine(p.vector, fact.vector) > CONFIRM_SIMILARITY)
+                   for p in planned):
+                plan.dropped.append("repeats another fact of this episode")
+                continue
+            if fact.vector is not None:
+                rows = await conn.fetch(NEAREST, user_id, fact.vector, list(FACT_TYPES),
+                                        fact.subjects)
+                best = rows[0] if rows else None
+                if best is not None and best["similarity"] > CONFIRM_SIMILARITY:
+                    plan.confirm.append((best["id"], fact))
+                    continue
+                if best is not None and best["similarity"] >= ASK_SIMILARITY:
+                    try:
+                        if await same_fact(fact.content, best["content"]):
+                            plan.confirm.append((best["id"], fact))
+                            continue
+                    except InvalidModelOutput as exc:
+                        plan.review.append((fact, f"equivalence check failed: {exc}"))
+                        continue
+            planned.append(fact)
+    plan.store = planned
+    return plan
+
+
+async def apply_plan(
+    conn: asyncpg.Connection,
+    plan: FactPlan,
+    *,
+    user_id: str,
+    episode_id: uuid.UUID | None,
+    extractor_name: str,
+    heuristic: bool,
+    limit: int = MAX_FACTS_PER_EPISODE,
+) -> FactResult:
+    """Write a plan inside the caller's transaction."""
+    result = FactResult(dropped=len(plan.dropped))
+    reviews = list(plan.review)
+    stored_before = 0
+    if episode_id is not None:
+        stored_before = int(await conn.fetchval(EPISODE_FACTS, user_id, episode_id) or 0)
+    for fact in plan.store:
+        same = await conn.fetchval(SAME_TEXT, user_id, list(FACT_TYPES), fact.content,
+                                   fact.subjects)
+        if same is not None:
+            plan.confirm.append((same, fact))
+            continue
+        if stored_before + len(result.stored) >= limit:
+            reviews.append((fact, f"over the limit of {limit} new facts per episode"))
+            continue
+        c = fact.candidate
+        data = {
+            "extractor": extractor_name, "heuristic": heuristic or c.heuristic,
+            "subject": c.subject, "about": c.about, "stated_by": c.stated_by,
+        }
+        memory_id = await conn.fetchval(
+            INSERT_FACT, user_id, fact.type, c.category, fact.content, data, c.tags,
+            fact.subjects, c.source, fact.source_context, episode_id, fact.confidence,
+        )
+        result.stored.append(memory_id)
+        await audit(conn, user_id=user_id, action="create", entity="memory_item",
+                    entity_id=str(memory_id), actor="extractor",
+                    details={"episode_id": str(episode_id) if episode_id else None,
+                             "source": c.source})
+        if fact.vector is not None:
+            result.superseded += await supersede_conflicts(
+                conn, user_id=user_id, memory_id=memory_id, vector=fact.vector,
+                subjects=fact.subjects, types=FACT_TYPES,
+            )
+    for memory_id, _ in plan.confirm:
+        await conn.execute(CONFIRM, memory_id, user_id)
+        result.confirmed.append(memory_id)
+    for fact, reason in reviews:
+        c = fact.candidate
+        await conn.execute(
+            INSERT_REVIEW, user_id, episode_id, c.subject, fact.content, c.category,
+            fact.confidence, c.source, fact.source_context, reason,
+            {"about": c.about, "stated_by": c.stated_by, "tags": c.tags,
+             "heuristic": heuristic or c.heuristic},
+        )
+    result.reviewed = len(reviews)
+    return result

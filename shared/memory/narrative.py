@@ -1,0 +1,44 @@
+"""Navi's per-user narrative summary, rebuilt from the user's current facts."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+import asyncpg
+
+from shared.memory.secrets import redact
+
+MAX_FACTS = 80
+
+CURRENT_FACTS = """
+SELECT content FROM memory_items
+WHERE user_id = $1 AND status = 'active' AND superseded_at IS NULL
+  AND type IN ('fact', 'preference') AND (expires_at IS NULL OR expires_at > now())
+ORDER BY confidence DESC NULLS LAST, coalesce(last_verified_at, created_at) DESC
+LIMIT $2
+"""
+
+USER_NAME = "SELECT coalesce(display_name, id) FROM users WHERE id = $1"
+
+UPSERT_SUMMARY = """
+INSERT INTO user_summaries (user_id, summary, fact_count, updated_at)
+VALUES ($1, $2, $3, now())
+ON CONFLICT (user_id) DO UPDATE
+SET summary = EXCLUDED.summary, fact_count = EXCLUDED.fact_count, updated_at = now()
+"""
+
+Writer = Callable[[str, Sequence[str]], Awaitable[str]]
+
+
+async def regenerate_user_summary(pool: asyncpg.Pool, user_id: str, write: Writer) -> str:
+    """Rebuild and store the user's narrative from their current facts; return it.
+
+    ``write(user_name, facts)`` turns the fact lines into prose (a model, or the
+    offline template). The model call happens outside any transaction."""
+    async with pool.acquire() as conn:
+        name = await conn.fetchval(USER_NAME, user_id) or user_id
+        facts = [r["content"] for r in await conn.fetch(CURRENT_FACTS, user_id, MAX_FACTS)]
+    text = redact(await write(name, facts))
+    async with pool.acquire() as conn:
+        await conn.execute(UPSERT_SUMMARY, user_id, text, len(facts))
+    return text

@@ -1,0 +1,122 @@
+"""Ash's ``recall``: search memory, optionally about one person.
+
+``about`` is resolved without creating anyone; a person that cannot be
+resolved gives unfiltered results (Ash: "Person not found for filter → return
+unfiltered results") and the result says so. A failing embedding provider
+degrades to full-text search with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from shared.errors import InfrastructureError, InvalidRequest
+from shared.memory.people import Person, find_person, people_by_id
+from shared.memory.remember import Chat
+from shared.memory.search import MemoryHit, hit_json, is_member, search_memories
+from shared.memory.vectors import ModelEmbedder, fit
+
+log = logging.getLogger(__name__)
+
+MAX_QUERY = 2_000
+MAX_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class QueryVector:
+    """The query's vector (or None: full-text only) and why it is missing, if it failed."""
+
+    vector: list[float] | None
+    model: str | None
+    warning: str | None
+
+    @property
+    def retrieval(self) -> str:
+        return "hybrid" if self.vector is not None else "full_text"
+
+
+async def embed_query(
+    embedder: ModelEmbedder | None, text: str, *, dim: int
+) -> QueryVector:
+    """Embed one query; a provider failure becomes a warning, never an error."""
+    if embedder is None or not text.strip():
+        return QueryVector(None, None, None)
+    try:
+        [vector] = await embedder.embed([text])
+        return QueryVector(fit(vector, dim), embedder.model, None)
+    except InfrastructureError as exc:
+        log.warning("embedding provider unavailable, using full-text search: %s", exc)
+        return QueryVector(None, None,
+                           f"embedding provider unavailable ({exc}); results from full-text "
+                           "search only")
+
+
+@dataclass(frozen=True)
+class Recalled:
+    hits: list[MemoryHit]
+    people: dict[uuid.UUID, Person]
+    about: str | None
+    person: Person | None
+    query: QueryVector
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "results": [hit_json(h, self.people) for h in self.hits],
+            "about": None if self.about is None else {
+                "reference": self.about,
+                "resolved": self.person is not None,
+                "person": self.person.public() if self.person else None,
+                "note": None if self.person else
+                f"no known person matches {self.about!r}; results are not filtered",
+            },
+            "retrieval": self.query.retrieval,
+            "warning": self.query.warning,
+        }
+
+
+async def subject_people(
+    conn: asyncpg.Connection | asyncpg.Pool, hits: list[MemoryHit]
+) -> dict[uuid.UUID, Person]:
+    """The people the hits are about, read in each memory owner's own people."""
+    wanted: dict[str, set[uuid.UUID]] = defaultdict(set)
+    for h in hits:
+        wanted[h.owner].update(h.subjects)
+    out: dict[uuid.UUID, Person] = {}
+    for owner, ids in wanted.items():
+        out.update(await people_by_id(conn, owner, list(ids)))
+    return out
+
+
+async def recall(
+    pool: asyncpg.Pool,
+    user_id: str,
+    query: str,
+    *,
+    about: str | None = None,
+    chat: Chat | None = None,
+    embedder: ModelEmbedder | None = None,
+    embedding_dim: int = 384,
+    include_superseded: bool = False,
+    limit: int = 5,
+) -> Recalled:
+    """Search ``user_id``'s visible memories for ``query``; see the module doc."""
+    if len(query) > MAX_QUERY:
+        raise InvalidRequest(f"a query is at most {MAX_QUERY} characters")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}")
+    qv = await embed_query(embedder, query, dim=embedding_dim)
+    person = await find_person(pool, user_id, about) if about and about.strip() else None
+    member = await is_member(pool, user_id, chat) if chat else False
+    hits = await search_memories(
+        pool, user_id, query=query, vector=qv.vector, model=qv.model, chat=chat,
+        member=member, subject=person.id if person else None,
+        include_superseded=include_superseded, limit=limit,
+    )
+    return Recalled(hits=hits, people=await subject_people(pool, hits),
+                    about=about if about and about.strip() else None, person=person, query=qv)

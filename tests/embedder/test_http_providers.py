@@ -1,0 +1,241 @@
+"""The embedder against a scripted OpenAI-compatible / Ollama server on loopback,
+through the real use case and real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+import pytest
+import redis.asyncio as aioredis
+
+from services.embedder import service
+from services.embedder.settings import EmbedderSettings
+from shared.embeddings import ProviderSettingsIn, put_provider_settings
+from shared.embeddings.providers import ProviderRegistry
+from shared.events import EmbedRequested, EmbedTarget
+from shared.streams import Delivery, Publisher
+from tests.embedder.conftest import add_messages
+from tests.embedder.scripted import ScriptedServer, Step, vector_for
+
+PROVIDERS = ["openai", "ollama"]
+
+
+async def configure(
+    pool: asyncpg.Pool, user_id: str, settings: EmbedderSettings, server: ScriptedServer,
+    provider: str,
+) -> None:
+    await put_provider_settings(pool, user_id, ProviderSettingsIn(
+        provider=provider, endpoint_url=server.base_url(provider), model="scripted-embed",
+    ), settings)
+
+
+async def run(
+    pool: asyncpg.Pool, redis: aioredis.Redis, settings: EmbedderSettings, user_id: str,
+    ids: list[int], registry: ProviderRegistry,
+) -> None:
+    event = EmbedRequested(user_id=user_id,
+                           targets=[EmbedTarget(kind="message", id=str(i)) for i in ids])
+    rejected = await service.handle_requests(
+        pool, Publisher(redis, settings), [Delivery("1-0", event)], settings=settings,
+        registry=registry,
+    )
+    assert rejected == {}
+
+
+async def states(pool: asyncpg.Pool, ids: list[int]) -> list[asyncpg.Record]:
+    return await pool.fetch(
+        """
+        SELECT id, embedding_state, embedding_error, embedding_provider, embedding_model,
+               embedding_dims, embedding, embedding_retry_at
+        FROM messages WHERE id = ANY($1::bigint[]) ORDER BY id
+        """,
+        ids,
+    )
+
+
+@pytest.fixture
+async def registry(esettings: EmbedderSettings) -> Any:
+    reg = ProviderRegistry.from_settings(esettings)
+    yield reg
+    await reg.aclose()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_vectors_are_stored_zero_padded_and_rows_become_ready(
+    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
+    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+) -> None:
+    await configure(pool, user_id, esettings, server, provider)
+    texts = [f"text number {i}" for i in range(6)]
+    ids = await add_messages(pool, user_id, texts)
+    await run(pool, redis, esettings, user_id, ids, registry)
+    rows = await states(pool, ids)
+    assert [r["embedding_state"] for r in rows] == ["ready"] * 6
+    for r, text in zip(rows, texts, strict=True):
+        vec = r["embedding"].to_list()
+        assert len(vec) == 384 and r["embedding_dims"] == 8
+        assert vec[:8] == pytest.approx(vector_for(text, 8), abs=1e-6)
+        assert vec[8:] == [0.0] * 376
+        assert (r["embedding_provider"], r["embedding_model"]) == (provider, "scripted-embed")
+    # batch size 4: six texts in two provider calls
+    assert sorted(len(b["input"]) for _, b, _ in server.requests) == [2, 4]
+    path = "/v1/embeddings" if provider == "openai" else "/api/embed"
+    assert {p for p, _, _ in server.requests} == {path}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_429_is_retried_then_succeeds(
+    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
+    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+) -> None:
+    await configure(pool, user_id, esettings, server, provider)
+    server.then(Step("status", status=429, message="slow down"))
+    ids = await add_messages(pool, user_id, ["hello there"])
+    await run(pool, redis, esettings, user_id, ids, registry)
+    assert [r["embedding_state"] for r in await states(pool, ids)] == ["ready"]
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_repeated_500_puts_rows_in_error_with_the_providers_message(
+    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
+    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+) -> None:
+    await configure(pool, user_id, esettings, server, provider)
+    server.default = Step("status", status=500, message="input is too large to process")
+    ids = await add_messages(pool, user_id, ["a very long text"])
+    await run(pool, redis, esettings, user_id, ids, registry)
+    [row] = await states(pool, ids)
+    assert row["embedding_state"] == "error"
+    assert "HTTP 500" in row["embedding_error"]
+    assert "input is too large to process" in row["embedding_error"]
+    assert row["embedding"] is None
+    assert len(server.requests) == 3  # one call and two retries
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_one_refused_text_does_not_take_its_batch_down(
+    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
+    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+) -> None:
+    await configure(pool, user_id, esettings, server, provider)
+    ids = await add_messages(pool, user_id, ["good one", "good two", "good three"])
+    # the batch of three is refused, then its halves: ["good one"] ok, ["two","three"] refused,
+    # then "good two" ok and "good three" refused for good
+    server.then(
+        *[Step("status", status=400, message="bad input")],
+        Step("ok"),
+        Step("status", status=400, message="bad input"),
+        Step("ok"),
+        Step("status", status=400, message="bad input"),
+    )
+    await run(pool, redis, esettings, user_id, ids, registry)
+    rows = await states(pool, ids)
+    assert [r["embedding_state"] for r in rows] == ["ready", "ready", "error"]
+    assert "HTTP 400: bad input" in rows[2]["embedding_error"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_vectors_longer_than_the_column_are_an_error_with_the_reason(
+    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
+    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+) -> None:
+    await configure(pool, user_id, esettings, server, provider)
+    server.default = Step("dims", dims=1024)
+    ids = await add_messages(pool, user_id, ["too wide"])
+    await run(pool, redis, esettings, user_id, ids, registry)
+    [row] = await states(pool, ids)
+    assert row["embedding_state"] == "error"
+    assert "returned 1024 dimensions but the vector column holds 384" in row["embedding_error"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_timeout_is_retried_within_the_call(
+    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
+    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+) -> None:
+    await configure(pool, user_id, esettings, server, provider)
+    server.then(Step("sleep", seconds=1.5))
+    ids = await add_messages(pool, user_id, ["slow at first"])
+    await run(pool, redis, esettings, user_id, ids, registry)
+    assert [r["embedding_state"] for r in await states(pool, ids)] == ["ready"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_provider_that_stays_down_leaves_rows_pending_then_they_are_retried(
+    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
+    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+) -> None:
+    await configure(pool, user_id, esettings, server, provider)
+    server.default = Step("sleep", seconds=1.5)  # every call times out
+    ids = await add_messages(pool, user_id, ["waiting", "for the provider"])
+    await run(pool, redis, esettings, user_id, ids, registry)
+    rows = await states(pool, ids)
+    assert [r["embedding_state"] for r in rows] == ["pending"] * 2
+    assert all("timed out" in r["embedding_error"] for r in rows)
+    assert all(r["embedding_retry_at"] is not None for r in rows)
+
+    server.default = Step("ok")  # the provider is back
+    await asyncio.sleep(0.3)  # past the first backoff (0.2 s)
+    publisher = Publisher(redis, esettings)
+    await service.retry_due(pool, publisher, settings=esettings, registry=registry)
+    rows = await states(pool, ids)
+    assert [r["embedding_state"] for r in rows] == ["ready"] * 2
+    assert all(r["embedding_error"] is None and r["embedding_retry_at"] is None for r in rows)
+
+
+async def test_a_refused_connection_also_leaves_rows_pending(
+    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
+    registry: ProviderRegistry, user_id: str,
+) -> None:
+    await put_provider_settings(pool, user_id, ProviderSettingsIn(
+        provider="openai", endpoint_url="http://127.0.0.1:9/v1", model="nothing-listens",
+    ), esettings)
+    ids = await add_messages(pool, user_id, ["nobody home"])
+    await run(pool, redis, esettings, user_id, ids, registry)
+    [row] = await states(pool, ids)
+    assert row["embedding_state"] == "pending"
+    assert "cannot reach" in row["embedding_error"]
+
+
+async def test_the_api_key_is_sent_as_a_bearer_token(
+    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
+    server: ScriptedServer, registry: ProviderRegistry, user_id: str,
+) -> None:
+    from pydantic import SecretStr
+
+    await put_provider_settings(pool, user_id, ProviderSettingsIn(
+        provider="openai", endpoint_url=server.base_url("openai"), model="m",
+        api_key=SecretStr("sk-live-123"),
+    ), esettings)
+    ids = await add_messages(pool, user_id, ["with a key"])
+    await run(pool, redis, esettings, user_id, ids, registry)
+    headers = {k.lower(): v for k, v in server.requests[0][2].items()}
+    assert headers["authorization"] == "Bearer sk-live-123"
+
+
+async def test_a_request_naming_another_users_rows_embeds_nothing_of_theirs(
+    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
+    server: ScriptedServer, registry: ProviderRegistry, user_id: str,
+) -> None:
+    await configure(pool, user_id, esettings, server, "openai")
+    other = user_id + "-other"
+    await configure(pool, other, esettings, server, "openai")
+    theirs = await add_messages(pool, other, ["not yours"])
+    await run(pool, redis, esettings, user_id, theirs, registry)
+    assert [r["embedding_state"] for r in await states(pool, theirs)] == ["pending"]
+    assert server.requests == []
+
+
+async def test_malformed_target_ids_are_rejected_with_a_reason(
+    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
+    registry: ProviderRegistry, user_id: str,
+) -> None:
+    event = EmbedRequested(user_id=user_id, targets=[EmbedTarget(kind="memory", id="nope")])
+    rejected = await service.handle_requests(
+        pool, Publisher(redis, esettings), [Delivery("7-0", event)], settings=esettings,
+        registry=registry,
+    )
+    assert "not a valid id" in rejected["7-0"]

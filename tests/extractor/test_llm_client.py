@@ -1,0 +1,150 @@
+"""The chat-completions client against a scripted server on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from shared.errors import InvalidModelOutput, ProviderError, ProviderUnavailable
+from shared.llm.client import LLMMetrics, OpenAIChatModel
+from shared.llm.jobs import LLMExtractor
+from shared.llm.schemas import EpisodeSummary
+from tests.extractor.scripted_llm import Reply, ScriptedLLM
+
+GOOD = {"title": "Checked weather for Silver Spring", "summary": "Tim asked for the weather.",
+        "key_points": ["It was sunny"], "outcome": "resolved", "topics": ["weather"]}
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM() as server:
+        yield server
+
+
+def client(llm: ScriptedLLM, registry: CollectorRegistry | None = None,
+           **kw: float) -> OpenAIChatModel:
+    return OpenAIChatModel(
+        base_url=llm.base_url, model="scripted-1", api_key="k-123",
+        metrics=LLMMetrics(registry) if registry else None, backoff_base_s=0.01,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def ask(c: OpenAIChatModel) -> EpisodeSummary:
+    return await c.complete_json(system="s", user="u", schema=EpisodeSummary, purpose="summary")
+
+
+async def test_valid_json_is_returned_and_tokens_are_counted(llm: ScriptedLLM) -> None:
+    registry = CollectorRegistry()
+    llm.push(Reply(GOOD, usage=(120, 30)))
+    c = client(llm, registry)
+    try:
+        summary = await ask(c)
+    finally:
+        await c.aclose()
+    assert summary.title == GOOD["title"] and summary.outcome == "resolved"
+    body = llm.requests[0]["body"]
+    assert body["model"] == "scripted-1"
+    assert body["response_format"] == {"type": "json_object"}
+    assert llm.requests[0]["auth"] == "Bearer k-123"
+    assert c.usage.total_tokens == 150 and c.usage.requests == 1
+    got = registry.get_sample_value("engram_llm_tokens_total",
+                                    {"purpose": "summary", "kind": "prompt"})
+    assert got == 120
+
+
+async def test_json_in_a_code_fence_is_accepted(llm: ScriptedLLM) -> None:
+    import json
+    llm.push(Reply("```json\n" + json.dumps(GOOD) + "\n```"))
+    c = client(llm)
+    try:
+        assert (await ask(c)).topics == ["weather"]
+    finally:
+        await c.aclose()
+
+
+async def test_invalid_output_is_asked_again_with_the_error(llm: ScriptedLLM) -> None:
+    llm.push(Reply("Sure! Here is a summary: it went well."),
+             Reply({"title": "", "summary": "x"}),
+             Reply(GOOD))
+    c = client(llm, invalid_retries=2)
+    try:
+        summary = await ask(c)
+    finally:
+        await c.aclose()
+    assert summary.title == GOOD["title"]
+    assert len(llm.requests) == 3
+    retry = llm.requests[1]["body"]["messages"]
+    assert retry[-2]["role"] == "assistant" and "Here is a summary" in retry[-2]["content"]
+    assert "not valid" in retry[-1]["content"]
+    assert "title" in llm.requests[2]["body"]["messages"][-1]["content"]
+
+
+async def test_output_that_stays_invalid_raises_invalid_model_output(llm: ScriptedLLM) -> None:
+    llm.push(*[Reply("not json")] * 3)
+    c = client(llm, invalid_retries=2)
+    try:
+        with pytest.raises(InvalidModelOutput, match="3 times"):
+            await ask(c)
+    finally:
+        await c.aclose()
+    assert len(llm.requests) == 3
+
+
+async def test_a_timeout_is_retried(llm: ScriptedLLM) -> None:
+    llm.push(Reply(GOOD, delay=1.5), Reply(GOOD))
+    c = client(llm, timeout_s=0.5, max_retries=2)
+    try:
+        assert (await ask(c)).title == GOOD["title"]
+    finally:
+        await c.aclose()
+    assert len(llm.requests) == 2
+
+
+async def test_timeouts_every_time_raise_provider_unavailable(llm: ScriptedLLM) -> None:
+    llm.push(*[Reply(GOOD, delay=1.0)] * 3)
+    c = client(llm, timeout_s=0.3, max_retries=2)
+    try:
+        with pytest.raises(ProviderUnavailable, match="3 attempt"):
+            await ask(c)
+    finally:
+        await c.aclose()
+
+
+async def test_429_and_5xx_are_retried_then_succeed(llm: ScriptedLLM) -> None:
+    llm.push(Reply(status=429, raw="{}", headers={"retry-after": "0"}),
+             Reply(status=503, raw="{}"), Reply(GOOD))
+    c = client(llm, max_retries=3)
+    try:
+        assert (await ask(c)).title == GOOD["title"]
+    finally:
+        await c.aclose()
+    assert len(llm.requests) == 3
+
+
+async def test_a_400_is_not_retried(llm: ScriptedLLM) -> None:
+    llm.push(Reply(status=400, raw='{"error": "bad model"}'), Reply(GOOD))
+    c = client(llm, max_retries=3)
+    try:
+        with pytest.raises(ProviderError, match="400") as info:
+            await ask(c)
+        assert not isinstance(info.value, ProviderUnavailable)
+    finally:
+        await c.aclose()
+    assert len(llm.requests) == 1
+
+
+@pytest.mark.parametrize("same", [True, False])
+async def test_the_equivalence_check_asks_the_model(llm: ScriptedLLM, same: bool) -> None:
+    llm.push(Reply({"same": same, "reason": "checked"}))
+    c = client(llm)
+    try:
+        answer = await LLMExtractor(c).same_fact("Tim prefers Celsius.",
+                                                 "Tim likes temperatures in Celsius.")
+    finally:
+        await c.aclose()
+    assert answer is same
+    prompt = llm.prompts()[0]
+    assert "A: Tim prefers Celsius." in prompt and "B: Tim likes temperatures in Celsius." in prompt

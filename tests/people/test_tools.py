@@ -1,0 +1,51 @@
+"""remember / recall as tool calls: the seed's schemas and the executor."""
+
+import pytest
+
+from services.query.people_tools import PEOPLE_TOOLS, call_people_tool
+from shared.errors import InvalidRequest
+from shared.memory.remember import Chat
+from tests.people.conftest import make_app
+from tests.support import running
+
+
+def test_schemas_are_the_seeds():
+    remember, recall = PEOPLE_TOOLS
+    assert remember["name"] == "remember" and recall["name"] == "recall"
+    props = remember["parameters"]["properties"]
+    assert set(props) == {"content", "facts", "subjects", "expires_in_days", "shared"}
+    assert props["facts"]["items"]["required"] == ["content"]
+    assert recall["parameters"]["required"] == ["query"]
+    assert set(recall["parameters"]["properties"]) == {"query", "about"}
+
+
+@pytest.mark.slow
+async def test_tool_calls_play_the_wife_scenario(make_settings, pool, user_id, local_model):
+    app = make_app(make_settings, local_model)
+    async with running(app):
+        rt = app.state.runtime
+        kw = dict(pool=rt.pool, publisher=rt.publisher, user_id=user_id, embedder=local_model,
+                  embedding_dim=384)
+        await pool.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
+        await call_people_tool("remember", {"facts": [
+            {"content": "My wife's name is Sarah", "subjects": ["my wife"]},
+            {"content": "She likes Italian food", "subjects": ["my wife"]},
+        ]}, **kw)
+        out = await call_people_tool("recall", {"query": "what does my wife like?",
+                                                "about": "my wife"}, **kw)
+        assert out["results"][0]["content"] == "She likes Italian food"
+        assert out["results"][0]["subjects"][0]["name"] == "Sarah"
+
+        shared = await call_people_tool("remember", {"content": "Deploys freeze on Fridays",
+                                                     "shared": True},
+                                        **kw, chat=Chat("slack", "C1"))
+        assert shared["memories"][0]["scope"] == "chat"
+
+        with pytest.raises(InvalidRequest, match="unknown argument"):
+            await call_people_tool("recall", {"query": "x", "limit": 3}, **kw)
+        with pytest.raises(InvalidRequest, match="shared fact needs the chat"):
+            await call_people_tool("remember", {"content": "x", "shared": True}, **kw)
+        with pytest.raises(InvalidRequest, match="invalid arguments for recall"):
+            await call_people_tool("recall", {"about": "Sarah"}, **kw)
+        with pytest.raises(InvalidRequest, match="unknown tool"):
+            await call_people_tool("forget_everything", {}, **kw)
