@@ -7,7 +7,6 @@ from services.query.settings import QuerySettings
 from tests.query.helpers import (
     FailingEmbedder,
     FixedEmbedder,
-    LocalModel,
     auth,
     resolver_for,
     set_vector,
@@ -30,8 +29,11 @@ async def _search(client, h, query, **kw):
 
 async def test_a_paraphrase_outranks_a_weak_lexical_match_with_the_local_model(
         make_settings, pool, user_id):
-    model = LocalModel()
-    app = create_app(make_settings(QuerySettings), resolver=resolver_for(model))
+    from shared.embeddings.local import LocalEmbedder
+
+    model = LocalEmbedder()
+    # no resolver: the service's default, shared.embeddings (local model by default)
+    app = create_app(make_settings(QuerySettings))
     h = await auth(pool, user_id)
     texts = {
         "paraphrase": "Drives a crimson automobile",
