@@ -19,6 +19,7 @@ ROUTER_MODULES = [
     "services.query.routes.decisions",
     "services.query.routes.people",
     "services.query.routes.context",
+    "services.query.ui",
 ]
 
 
