@@ -14,6 +14,7 @@ from services.query.app import create_app
 from services.query.settings import QuerySettings
 from shared.apikeys import create_key
 from tests.browser.seed import EMBED_ERROR, Seeded, seed_user
+from tests.query.helpers import resolver_for
 from tests.support import running
 
 PAGES = ["/ui/", "/ui/memories", "/ui/memories?archived=1", "/ui/people", "/ui/episodes",
@@ -22,8 +23,9 @@ PAGES = ["/ui/", "/ui/memories", "/ui/memories?archived=1", "/ui/people", "/ui/e
 
 @pytest.fixture
 async def client(make_settings: Callable[..., Any]) -> AsyncIterator[httpx.AsyncClient]:
-    settings = make_settings(QuerySettings, embedding_provider="none")
-    async with running(create_app(settings)) as c:
+    # full-text only: no query embedder (the system provider would load the local model)
+    async with running(create_app(make_settings(QuerySettings),
+                                  resolver=resolver_for(None))) as c:
         yield c
 
 
