@@ -119,11 +119,18 @@ SOURCE_MESSAGE = """
 SELECT id, role, content, occurred_at FROM messages WHERE user_id = $1 AND id = $2
 """
 
+# One pass over the user's memories with subjects counts everyone's (not a probe per person).
 PEOPLE = """
+WITH mentions AS (
+    SELECT s.person, count(*) AS memories
+    FROM memory_items m, unnest(m.subjects) AS s(person)
+    WHERE m.user_id = $1 AND m.subjects <> '{}'
+    GROUP BY s.person
+)
 SELECT p.id, p.name, p.relation, p.aliases, p.created_at, p.updated_at,
-       (SELECT count(*) FROM memory_items m
-        WHERE m.user_id = $1 AND m.subjects @> ARRAY[p.id]) AS memories
+       coalesce(c.memories, 0) AS memories
 FROM people p
+LEFT JOIN mentions c ON c.person = p.id
 WHERE p.user_id = $1
 ORDER BY lower(coalesce(p.name, p.relation)), p.id
 LIMIT $2 OFFSET $3
