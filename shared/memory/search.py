@@ -199,7 +199,8 @@ def _memory(r: asyncpg.Record) -> MemoryHit:
     sim = r["similarity"]
     return MemoryHit(
         id=r["id"], owner=r["user_id"], scope=r["scope"], theme=r["theme"], type=r["type"],
-        content=r["content"], data=dict(r["data"] or {}), subjects=list(r["subjects"] or []), source=r["source"],
+        content=r["content"], data=dict(r["data"] or {}), subjects=list(r["subjects"] or []),
+        source=r["source"],
         created_at=r["created_at"], expires_at=r["expires_at"],
         superseded_at=r["superseded_at"], superseded_by=r["superseded_by"],
         similarity=float(sim) if sim is not None else None, score=float(r["score"]),
