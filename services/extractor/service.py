@@ -265,9 +265,12 @@ async def _publish(
     x: Extraction, user_id: str, episode_id: uuid.UUID, result: FactResult
 ) -> None:
     targets = [EmbedTarget(kind="episode", id=str(episode_id))]
-    targets += [EmbedTarget(kind="memory", id=str(m)) for m in result.stored]
+    targets += [EmbedTarget(kind="memory", id=str(m)) for m in result.pending]
     await x.publisher.publish("embed", [EmbedRequested(user_id=user_id, targets=targets)])
     changes = [MemoryChanged(memory_id=m, user_id=user_id, change="added") for m in result.stored]
+    # Facts stored with their vector are announced as embedded too, as the embedder would.
+    changes += [MemoryChanged(memory_id=m, user_id=user_id, change="embedded")
+                for m in result.stored if m not in result.pending]
     changes += [MemoryChanged(memory_id=m, user_id=user_id, change="superseded")
                 for m in result.superseded]
     if changes:
