@@ -28,6 +28,16 @@ from shared.streams import Delivery, Publisher, Rejections
 
 CONSUMER = "ingest"
 
+# Known users with their name are only read: an upsert would lock (and dirty) each row.
+CHANGED_USERS = """
+SELECT k.id, k.display_name
+FROM unnest($1::text[], $2::text[]) AS k(id, display_name)
+LEFT JOIN users u ON u.id = k.id
+WHERE u.id IS NULL
+   OR (k.display_name IS NOT NULL AND u.display_name IS DISTINCT FROM k.display_name)
+ORDER BY k.id
+"""
+
 UPSERT_USERS = """
 INSERT INTO users (id, display_name)
 SELECT * FROM unnest($1::text[], $2::text[])
@@ -60,7 +70,8 @@ ON CONFLICT (id) DO NOTHING
 """
 
 CLOSE_STALE = """
-UPDATE episodes SET status = 'closed', closed_at = last_active_at, updated_at = now()
+UPDATE episodes SET status = 'closed', closed_at = last_active_at, extract_due = true,
+                    updated_at = now()
 WHERE id = ANY($1::uuid[]) AND status = 'open'
 RETURNING id, user_id
 """
@@ -81,11 +92,13 @@ SELECT id, user_id FROM messages
 WHERE event_id = ANY($1::uuid[]) AND embedding_state = 'pending'
 """
 
+# No index holds turn_count or last_active_at, so this is a HOT update (0041).
 TOUCH_EPISODES = """
 UPDATE episodes e
 SET turn_count = e.turn_count + u.n,
     last_active_at = greatest(e.last_active_at, u.last_at),
     started_at = least(e.started_at, u.first_at),
+    extract_due = e.extract_due OR e.status = 'closed',
     updated_at = now()
 FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::timestamptz[])
      AS u(id, n, first_at, last_at)
@@ -139,7 +152,10 @@ async def store_turns(
                 users[d.event.user_id] = name or users.get(d.event.user_id)
         # Rows are locked in a fixed order so concurrent batches never deadlock.
         ordered = sorted(users)
-        await conn.execute(UPSERT_USERS, ordered, [users[u] for u in ordered])
+        changed = await conn.fetch(CHANGED_USERS, ordered, [users[u] for u in ordered])
+        if changed:
+            await conn.execute(UPSERT_USERS, [r["id"] for r in changed],
+                               [r["display_name"] for r in changed])
 
         plan = await _plan_episodes(conn, batch, stale_window, rejected)
         if plan.new_episodes:
@@ -318,7 +334,8 @@ async def _start_episode(
     # A new session in a chat ends the chat's previous open one.
     for row in await conn.fetch(
         """
-        UPDATE episodes SET status = 'closed', closed_at = $4, updated_at = now()
+        UPDATE episodes SET status = 'closed', closed_at = $4, extract_due = true,
+                            updated_at = now()
         WHERE user_id = $1 AND provider = $2 AND chat_id = $3 AND status = 'open'
         RETURNING id, user_id
         """,
@@ -366,7 +383,8 @@ async def _close_episode(
     await conn.execute(
         """
         UPDATE episodes
-        SET status = 'closed', closed_at = coalesce(closed_at, $2), updated_at = now()
+        SET status = 'closed', closed_at = coalesce(closed_at, $2), extract_due = true,
+            updated_at = now()
         WHERE id = ANY($1::uuid[]) AND status = 'open'
         """,
         ids, ev.occurred_at,
