@@ -61,7 +61,7 @@ async def ui_server(infra: Infra) -> AsyncIterator[UiServer]:
 
 @pytest.fixture(scope="session")
 async def browser() -> AsyncIterator[Any]:
-    if not CHROMIUM.exists():
+    if not CHROMIUM.exists():  # noqa: ASYNC240 - one stat, before anything runs
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (.ci/run does)")
     from playwright.async_api import async_playwright
 

@@ -349,5 +349,7 @@ async def user(pool: asyncpg.Pool, user_id: str) -> asyncpg.Record | None:
     return await pool.fetchrow(USER, user_id)
 
 
-async def users(pool: asyncpg.Pool, prefix: str | None, *, limit: int = 200) -> list[asyncpg.Record]:
+async def users(
+    pool: asyncpg.Pool, prefix: str | None, *, limit: int = 200
+) -> list[asyncpg.Record]:
     return list(await pool.fetch(USERS, prefix or None, limit))
