@@ -203,3 +203,25 @@ async def test_another_users_data_appears_nowhere(
         assert "Bravo" not in await page.content()
     await page.goto(f"{ui_server.url}/ui/memories?person={bob.person}")
     await expect(page.locator("#item-count")).to_contain_text("0 items")
+
+
+async def test_an_admin_key_picks_one_user_and_sees_only_them(
+    page: Any, ui_server: UiServer, pool: asyncpg.Pool
+) -> None:
+    alice, bob = await two_users(pool)
+    _, secret = await create_key(pool, user_id=None, is_admin=True)
+    await page.goto(f"{ui_server.url}/ui/login")
+    await page.fill("input[name=key]", secret)
+    await page.click("button[type=submit]")
+    await expect(page).to_have_url(f"{ui_server.url}/ui/users")
+    await page.fill("#prefix", bob.user_id)  # narrows the list in place
+    rows = page.locator("#user-list tbody tr")
+    await expect(rows).to_have_count(1)
+    await expect(rows).to_contain_text(bob.user_id)
+    await screenshot(page, "users")
+    await rows.locator("button").click()
+    await expect(page).to_have_url(f"{ui_server.url}/ui/")
+    await expect(page.locator("#viewing")).to_have_attribute("data-user", bob.user_id)
+    await page.goto(f"{ui_server.url}/ui/memories?archived=1")
+    await expect(page.locator("#item-list tr.item")).to_have_count(9)
+    assert "Alfa" not in await page.content() and alice.user_id not in await page.content()
