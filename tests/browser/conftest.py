@@ -36,7 +36,7 @@ class UiServer:
     env: dict[str, str]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def ui_server(infra: Infra) -> AsyncIterator[UiServer]:
     port = free_port()
     settings = QuerySettings(
@@ -59,7 +59,7 @@ async def ui_server(infra: Infra) -> AsyncIterator[UiServer]:
             proc.kill()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def browser() -> AsyncIterator[Any]:
     if not CHROMIUM.exists():  # noqa: ASYNC240 - one stat, before anything runs
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (.ci/run does)")
