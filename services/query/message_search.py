@@ -5,17 +5,22 @@ What callers may rely on:
 - every statement is scoped to one user (``m.user_id = $1``); optional filters
   narrow it to a chat, an episode and a time window (``occurred_at``);
 - ``fts`` ranks by ``ts_rank`` over the stored ``fts`` column, matching any of the
-  query's words (stemmed, English stop words dropped);
+  query's words (stemmed, English stop words dropped); ``bm25`` ranks the same
+  matches by BM25 over the user's own turns, a turn's speaker name counting as
+  one of its words;
 - ``semantic`` ranks ``ready`` rows by cosine distance to the query vector; a user
   with few embedded rows is scanned exactly, a large one walks the HNSW index of
   migration 0010 (``embedding::halfvec(D)``) with pgvector 0.8's iterative scan, so
   the user filter never starves the result;
-- ``hybrid`` is Nova's 70/30: the top ``CANDIDATES`` of each signal united, each
-  min-max normalised over that set, ``0.7 * semantic + 0.3 * lexical``;
-- ``rrf`` fuses the same two lists by reciprocal rank, ``Σ w / (60 + rank)``
-  (docs/retrieval.md has the measurements behind the weights);
-- with no query vector (no embedder, or it failed) every mode falls back to full
-  text and says so (``mode`` = ``fts``).
+- ``hybrid`` is Nova's 70/30: the top 50 of each signal united, each min-max
+  normalised over that set (semantic as ``1 / (1 + distance)``),
+  ``0.7 * semantic + 0.3 * lexical``;
+- ``fused`` (the default) is the same min-max fusion of ``bm25`` and ``semantic``
+  over the top 100 of each, weighted 0.6 / 0.4; ``rrf`` fuses ``fts`` and
+  ``semantic`` by reciprocal rank, ``Σ 1 / (60 + rank)`` (docs/retrieval.md has
+  the measurements behind each choice);
+- with no query vector (no embedder, or it failed) a mode that needs one falls
+  back to its lexical side alone and says so (``mode`` = ``fts`` or ``bm25``).
 """
 
 from __future__ import annotations
@@ -29,9 +34,9 @@ import asyncpg
 
 from shared.errors import InvalidRequest
 
-Mode = Literal["hybrid", "rrf", "fts", "semantic"]
-MODES: tuple[Mode, ...] = ("hybrid", "rrf", "fts", "semantic")
-DEFAULT_MODE: Mode = "rrf"
+Mode = Literal["fused", "hybrid", "rrf", "fts", "bm25", "semantic"]
+MODES: tuple[Mode, ...] = ("fused", "hybrid", "rrf", "fts", "bm25", "semantic")
+DEFAULT_MODE: Mode = "fused"
 
 MAX_LIMIT = 50
 CANDIDATES = 100
@@ -47,13 +52,17 @@ class Fusion:
     kind: Literal["minmax", "rrf"]
     w_sem: float
     w_lex: float
+    lexical: Literal["ts_rank", "bm25"] = "ts_rank"
     candidates: int = CANDIDATES
 
 
 FUSIONS: dict[Mode, Fusion] = {
-    "hybrid": Fusion("minmax", 0.7, 0.3, 50),  # Nova 3.2, as specified: top 50 of each
+    # the default: BM25 (speaker included) and cosine, min-max, 0.6 / 0.4
+    "fused": Fusion("minmax", 0.4, 0.6, "bm25"),
+    "hybrid": Fusion("minmax", 0.7, 0.3, "ts_rank", 50),  # Nova 3.2 as specified: top 50 each
     "rrf": Fusion("rrf", 1.0, 1.0),
     "fts": Fusion("minmax", 0.0, 1.0),
+    "bm25": Fusion("minmax", 0.0, 1.0, "bm25"),
     "semantic": Fusion("minmax", 1.0, 0.0),
 }
 
@@ -66,6 +75,54 @@ _FILTERS = """
           AND ($5::uuid IS NULL OR m.episode_id = $5)
           AND ($6::timestamptz IS NULL OR m.occurred_at >= $6)
           AND ($7::timestamptz IS NULL OR m.occurred_at < $7)"""
+
+_LEXICAL_TS_RANK = """
+lexical AS (
+    SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
+    FROM (
+        SELECT m.id, ts_rank(m.fts, q.tsq)::float8 AS rank
+        FROM messages m, q
+        WHERE m.user_id = $1 AND q.tsq IS NOT NULL AND m.fts @@ q.tsq {filters}
+        ORDER BY rank DESC, m.id
+        LIMIT $12
+    ) AS l
+)"""
+
+# BM25 (k1 = 1.2, b = 0.75) over the user's own turns, each turn's document being
+# its content plus its speaker's name (so "what did Ann say about ..." prefers
+# Ann's turns). Document length is the number of distinct lexemes.
+_LEXICAL_BM25 = """
+doc AS (
+    SELECT m.id, m.fts || to_tsvector('english', coalesce(m.display_name, '')) AS v
+    FROM messages m
+    WHERE m.user_id = $1 {filters}
+),
+corpus AS (
+    SELECT count(*)::float8 AS n, greatest(avg(length(v)), 1)::float8 AS avgdl FROM doc
+),
+terms AS (
+    SELECT t.lexeme, count(d.id)::float8 AS df
+    FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', $2::text)))
+          AS lexeme) AS t
+    JOIN doc d ON d.v @@ quote_literal(t.lexeme)::tsquery
+    GROUP BY t.lexeme
+),
+lexical AS (
+    SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
+    FROM (
+        SELECT d.id,
+               sum(ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5))
+                   * u.tf * 2.2 / (u.tf + 1.2 * (0.25 + 0.75 * length(d.v) / c.avgdl))
+               )::float8 AS rank
+        FROM doc d CROSS JOIN corpus c,
+             LATERAL (SELECT x.lexeme, coalesce(cardinality(x.positions), 1) AS tf
+                      FROM unnest(d.v) AS x) AS u
+             JOIN terms t ON t.lexeme = u.lexeme
+        GROUP BY d.id
+        ORDER BY rank DESC, d.id
+        LIMIT $12
+    ) AS l
+)"""
 
 # Exact: "+ 0" keeps the planner off the HNSW index, so every one of the user's
 # rows is compared (used when the user has few rows).
@@ -104,16 +161,7 @@ WITH q AS (
                FROM unnest(tsvector_to_array(to_tsvector('english', $2::text))) AS w
            ), ' | '), '')::tsquery AS tsq
 ),
-lexical AS (
-    SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
-    FROM (
-        SELECT m.id, ts_rank(m.fts, q.tsq)::float8 AS rank
-        FROM messages m, q
-        WHERE m.user_id = $1 AND q.tsq IS NOT NULL AND m.fts @@ q.tsq {filters}
-        ORDER BY rank DESC, m.id
-        LIMIT $12
-    ) AS l
-),
+{lexical},
 {semantic},
 candidates AS (
     SELECT id, max(rank) AS rank, max(lex_pos) AS lex_pos, max(sim) AS sim,
@@ -181,19 +229,25 @@ SET LOCAL hnsw.max_scan_tuples = 50000
 """
 
 
-def _statement(semantic: str, dim: int = 0) -> str:
+_LEXICAL = {"ts_rank": _LEXICAL_TS_RANK, "bm25": _LEXICAL_BM25}
+
+
+def _statement(lexical: str, semantic: str, dim: int = 0) -> str:
     return SEARCH.format(
-        filters=_FILTERS, rrf_k=RRF_K, semantic=semantic.format(filters=_FILTERS, dim=dim),
+        filters=_FILTERS, rrf_k=RRF_K,
+        lexical=_LEXICAL[lexical].format(filters=_FILTERS),
+        semantic=semantic.format(filters=_FILTERS, dim=dim),
     )
 
 
-EXACT = _statement(_SEMANTIC_EXACT)
+# Named statements, built once from the fixed fragments above (no values inside).
+EXACT = {name: _statement(name, _SEMANTIC_EXACT) for name in _LEXICAL}
 
 
-@functools.lru_cache(maxsize=4)
-def index_statement(dim: int) -> str:
+@functools.lru_cache(maxsize=8)
+def index_statement(lexical: str, dim: int) -> str:
     """The HNSW variant; the index expression names the deployment's dimension."""
-    return _statement(_SEMANTIC_INDEX, int(dim))
+    return _statement(lexical, _SEMANTIC_INDEX, int(dim))
 
 
 @dataclass(frozen=True)
@@ -271,7 +325,9 @@ async def search_messages(
 ) -> MessageResult:
     """Search ``user_id``'s turns. ``vector`` is the query embedding, or None
     (full-text only)."""
-    mode: Mode = q.mode if vector is not None else "fts"
+    mode: Mode = q.mode
+    if vector is None and FUSIONS[mode].w_sem > 0:
+        mode = "bm25" if FUSIONS[mode].lexical == "bm25" else "fts"
     fusion = FUSIONS[mode]
     args: list[Any] = [
         user_id,
@@ -281,20 +337,22 @@ async def search_messages(
         fusion.kind, fusion.w_sem, fusion.w_lex, max(fusion.candidates, q.limit),
     ]
     async with pool.acquire() as conn:
-        rows = await _fetch(conn, user_id, args)
+        rows = await _fetch(conn, user_id, fusion.lexical, args)
     return MessageResult(mode, [_hit(r) for r in rows])
 
 
-async def _fetch(conn: Any, user_id: str, args: list[Any]) -> list[asyncpg.Record]:
+async def _fetch(
+    conn: Any, user_id: str, lexical: str, args: list[Any]
+) -> list[asyncpg.Record]:
     vector = args[2]
     if vector is None:
-        return list(await conn.fetch(EXACT, *args))
+        return list(await conn.fetch(EXACT[lexical], *args))
     ready = await conn.fetchval(COUNT_READY, user_id, EXACT_SCAN_MAX_ROWS + 1)
     if ready <= EXACT_SCAN_MAX_ROWS:
-        return list(await conn.fetch(EXACT, *args))
+        return list(await conn.fetch(EXACT[lexical], *args))
     async with conn.transaction():
         await conn.execute(ITERATIVE_SCAN)
-        return list(await conn.fetch(index_statement(len(vector)), *args))
+        return list(await conn.fetch(index_statement(lexical, len(vector)), *args))
 
 
 def _hit(r: asyncpg.Record) -> MessageHit:

@@ -164,3 +164,56 @@ async def test_bad_requests_are_refused(make_settings, pool, user_id):
                      {"query": "x", "episode_id": "not-a-uuid"}):
             r = await client.post("/v1/messages/search", headers=h, json=body)
             assert r.status_code == 422, body
+
+
+async def test_bm25_prefers_the_rarer_word_and_the_speaker_named(make_settings, pool, user_id):
+    _, ids = await add_turns(pool, user_id, [
+        T("the weather was nice today", speaker="Ann"),
+        T("the weather turned, pottery class was cancelled", speaker="Bob", role="assistant"),
+        T("weather again", speaker="Bob", role="assistant"),
+        T("more weather talk", speaker="Ann"),
+        T("I signed up for a pottery class", speaker="Ann"),
+    ])
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+        rare = await _search(client, h, "weather pottery", mode="bm25")
+        named = await _search(client, h, "what did Ann say about pottery", mode="bm25")
+    assert rare["mode"] == "bm25"
+    # "pottery" is in 2 of 5 turns, "weather" in 4: the turn with both comes first,
+    # then the other pottery turn, then the weather-only ones
+    assert [r["id"] for r in rare["results"][:2]] == [ids[1], ids[4]]
+    # the speaker's name counts as one of the turn's words
+    assert named["results"][0]["id"] == ids[4]
+
+
+async def test_bm25_statistics_are_the_users_own(make_settings, pool, user_id):
+    turns = [T("pottery class on monday"), T("hiking on sunday"), T("pottery again")]
+    await add_turns(pool, user_id, turns)
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+        before = await _search(client, h, "pottery hiking", mode="bm25")
+        # another user's turns full of "pottery" must not change this user's idf
+        await add_turns(pool, f"user-{uuid.uuid4().hex[:12]}",
+                        [T("pottery pottery") for _ in range(30)])
+        after = await _search(client, h, "pottery hiking", mode="bm25")
+    assert [(r["id"], r["score"]) for r in before["results"]] == [
+        (r["id"], r["score"]) for r in after["results"]]
+
+
+async def test_the_default_fuses_bm25_and_semantic_and_falls_back_to_bm25(
+        make_settings, pool, user_id):
+    _, ids = await add_turns(pool, user_id, [
+        T("hiking trip with friends", unit(11, near=Q, noise=0.4)),
+        T("nothing in common", Q),
+        T("a trip", unit(12)),
+    ])
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+        body = await _search(client, h, "hiking trip")
+    assert body["mode"] == "fused"
+    assert body["results"][0]["id"] == ids[0]  # best lexical, second semantic
+    assert {r["id"] for r in body["results"]} == set(ids)
+    async with running(_app(make_settings, FailingEmbedder())) as client:
+        body = await _search(client, h, "hiking trip")
+    assert body["mode"] == "bm25"
+    assert [r["id"] for r in body["results"]][:2] == [ids[0], ids[2]]

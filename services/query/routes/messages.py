@@ -23,8 +23,9 @@ class MessageSearchIn(BaseModel):
     limit: Annotated[int, Field(ge=1, le=ms.MAX_LIMIT, description="results, 1-50")] = 10
     mode: ms.Mode = Field(
         default=ms.DEFAULT_MODE,
-        description="rrf (default: reciprocal-rank fusion of full-text and semantic), "
-        "hybrid (Nova's 0.7 semantic + 0.3 full-text, min-max), fts, semantic",
+        description="fused (default: 0.6 BM25 with speaker names + 0.4 semantic, min-max), "
+        "hybrid (Nova's 0.7 semantic + 0.3 ts_rank, min-max), rrf (reciprocal rank "
+        "fusion), fts (ts_rank), bm25, semantic",
     )
     chat_id: str | None = Field(default=None, description="only turns of this chat")
     episode_id: uuid.UUID | None = Field(default=None, description="only turns of this episode")
@@ -45,7 +46,7 @@ async def search(
 ) -> dict[str, Any]:
     q = body.query_()
     vector = None
-    if q.mode != "fts":
+    if ms.FUSIONS[q.mode].w_sem > 0:
         vector = await state.query_vector(pool, user_id=user_id, text=q.query)
     result = await ms.search_messages(pool, q, user_id=user_id, vector=vector)
     state.message_searches.labels(result.mode).inc()
