@@ -44,9 +44,9 @@ from services.query.context.auto import assemble_auto
 from services.query.context.models import ContextIn
 from shared.db import connect, create_pool
 from shared.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
-from shared.migrate import migrate
 from shared.memory.people import resolve_person
 from shared.memory.recall import embed_query
+from shared.migrate import migrate
 
 RESULTS = Path(__file__).parent / "results" / "context.json"
 TARGET_P95_MS = 40.0

@@ -39,11 +39,12 @@ class Runtime:
         self.service = service
         self.settings = settings
         self.metrics = ServiceMetrics(service)
-        # FastStream's per-message lines at DEBUG; its handler errors still show.
+        # FastStream's per-message and shutdown chatter stays quiet; its handler
+        # errors (logged at ERROR) still show.
+        fs_logger = logging.getLogger("faststream")
+        fs_logger.setLevel(logging.WARNING)
         self.broker = RedisBroker(
-            settings.require_redis_url(),
-            logger=logging.getLogger("faststream"),
-            log_level=logging.DEBUG,
+            settings.require_redis_url(), logger=fs_logger, log_level=logging.DEBUG
         )
         self.consumers: list[StreamConsumer[Any]] = []
         self.background: list[Callable[[], Awaitable[None]]] = []

@@ -67,12 +67,14 @@ STORE_SUMMARY = """
 UPDATE episodes
 SET summary = $3, summary_text = $4, extracted_at = greatest(now(), last_active_at),
     extracted_turn_count = $5, extraction_error = $6,
+    extract_due = turn_count IS DISTINCT FROM $5,
     embedding_state = 'pending', embedding_error = NULL, updated_at = now()
 WHERE id = $1 AND user_id = $2
 """
 
 RECORD_ERROR = """
-UPDATE episodes SET extraction_error = $3, extracted_turn_count = $4, updated_at = now()
+UPDATE episodes SET extraction_error = $3, extracted_turn_count = $4,
+                    extract_due = turn_count IS DISTINCT FROM $4, updated_at = now()
 WHERE id = $1 AND user_id = $2
 """
 
@@ -83,6 +85,7 @@ DUE = """(e.turn_count IS DISTINCT FROM e.extracted_turn_count
 CLOSE_IDLE = """
 UPDATE episodes e
 SET status = 'closed', closed_at = e.last_active_at, extract_requested_at = now(),
+    extract_due = true,
     updated_at = now()
 FROM (SELECT id FROM episodes
       WHERE status = 'open' AND last_active_at < now() - $1::interval
@@ -94,7 +97,7 @@ RETURNING e.id, e.user_id
 REQUEUE_DUE = f"""
 UPDATE episodes e SET extract_requested_at = now()
 FROM (SELECT id FROM episodes e
-      WHERE e.status = 'closed' AND e.updated_at < now() - $1::interval
+      WHERE e.extract_due AND e.status = 'closed' AND e.updated_at < now() - $1::interval
         AND (e.extract_requested_at IS NULL
              OR e.extract_requested_at <= e.extracted_at  -- that request was served
              OR e.extract_requested_at < now() - $1::interval)  -- that request was lost
@@ -265,9 +268,12 @@ async def _publish(
     x: Extraction, user_id: str, episode_id: uuid.UUID, result: FactResult
 ) -> None:
     targets = [EmbedTarget(kind="episode", id=str(episode_id))]
-    targets += [EmbedTarget(kind="memory", id=str(m)) for m in result.stored]
+    targets += [EmbedTarget(kind="memory", id=str(m)) for m in result.pending]
     await x.publisher.publish("embed", [EmbedRequested(user_id=user_id, targets=targets)])
     changes = [MemoryChanged(memory_id=m, user_id=user_id, change="added") for m in result.stored]
+    # Facts stored with their vector are announced as embedded too, as the embedder would.
+    changes += [MemoryChanged(memory_id=m, user_id=user_id, change="embedded")
+                for m in result.stored if m not in result.pending]
     changes += [MemoryChanged(memory_id=m, user_id=user_id, change="superseded")
                 for m in result.superseded]
     if changes:

@@ -13,12 +13,12 @@ from prometheus_client import Histogram
 
 from services.query import rpc
 from services.query.context.tools import HintCache
-from services.query.embedding import default_resolver
-from services.query.people_embedder import Resolver
+from services.query.embedding import Resolver, default_resolver
 from services.query.routes import routers
 from services.query.settings import QuerySettings
 from services.query.state import QueryState
 from services.query.supersede import register as register_supersession
+from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
 from shared.runtime import Runtime, add_ops_routes
 
@@ -30,7 +30,8 @@ def create_app(
     ``shared.embeddings.resolve_embedder``); tests may pass their own."""
     settings = settings or QuerySettings()
     rt = Runtime("query", settings)
-    resolver = resolver or default_resolver()
+    rt.on_stop.append(lambda _rt: close_default_registry())
+    resolver = resolver or default_resolver
     register_supersession(rt)
     state = QueryState.build(settings, resolver, rt.metrics.registry)
     rpc.register(rt, state)
@@ -43,7 +44,6 @@ def create_app(
     app.state.runtime = rt
     app.state.settings = settings
     app.state.query = state
-    app.state.people_resolver = resolver
     app.state.hint_cache = HintCache()
     add_ops_routes(app, rt)
     for router in routers():

@@ -1,53 +1,56 @@
-"""The query vector: which embedder serves a user, and a failure-tolerant ``embed_query``.
+"""Which embedder serves a user's request, and a failure-tolerant query vector.
 
-The embedder issue owns providers (``shared.embeddings``); this module only needs
-``resolve_embedder(pool, user_id, settings) -> Embedder | None`` (None = the user
-runs full-text-only) and ``await embedder.embed([text]) -> [[float, ...]]``.
-A query embedding that fails is not an error for search: Nova 3.2 says the
-search then runs full-text-only, so :func:`embed_query` returns None and logs.
+``create_app`` keeps one resolver ``(pool, user_id, settings) -> Embedder | None``
+(default :func:`shared.embeddings.resolve_embedder`; None = the user runs
+full-text-only). Search, tools, people and context all go through it.
+
+A query embedding that fails is not an error for a read: Nova 3.2 says search
+then runs full-text-only, so :func:`embed_query` returns None and logs, and
+:func:`user_embedder` hands back an :class:`Unavailable` embedder whose calls
+raise ``ProviderUnavailable`` so callers can degrade with a warning.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
 
 import asyncpg
 
-from shared.errors import EngramError
+from shared.embeddings import DimensionTooLarge, Embedder, fit_to_column, resolve_embedder
+from shared.errors import EngramError, ProviderUnavailable
 from shared.settings import CommonSettings
 
 log = logging.getLogger(__name__)
 
-
-class Embedder(Protocol):
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
-
-
 Resolver = Callable[[asyncpg.Pool, str, CommonSettings], Awaitable[Embedder | None]]
 
-
-async def _no_embedder(pool: asyncpg.Pool, user_id: str, settings: CommonSettings) -> None:
-    return None
+default_resolver: Resolver = resolve_embedder
 
 
-def default_resolver() -> Resolver:
-    """``shared.embeddings.resolve_embedder`` when the embedder package is present."""
+class Unavailable:
+    """Stands in for a provider that could not even be resolved."""
+
+    provider = "unavailable"
+    model = "unavailable"
+    dimensions = None
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        raise ProviderUnavailable(self.reason)
+
+
+async def user_embedder(
+    resolver: Resolver, pool: asyncpg.Pool, *, user_id: str, settings: CommonSettings
+) -> Embedder | Unavailable | None:
+    """The user's embedder; :class:`Unavailable` when resolving it failed."""
     try:
-        from shared.embeddings import resolve_embedder  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        log.warning("shared.embeddings is not installed: search runs full-text-only")
-        return _no_embedder
-    resolver: Resolver = resolve_embedder
-    return resolver
-
-
-def fit_dimension(vector: Sequence[float], dim: int) -> list[float] | None:
-    """Zero-pad a shorter vector to the column size; a longer one cannot be compared."""
-    if len(vector) > dim:
-        return None
-    return list(vector) + [0.0] * (dim - len(vector))
+        return await resolver(pool, user_id, settings)
+    except EngramError as exc:
+        log.warning("cannot resolve the embedder of a user: %s", exc)
+        return Unavailable(f"{type(exc).__name__}: {exc}")
 
 
 async def embed_query(
@@ -64,16 +67,12 @@ async def embed_query(
         if embedder is None:
             return None
         vectors = await embedder.embed([text])
+        if not vectors:
+            return None
+        return fit_to_column(vectors[0], settings.embedding_dim)
+    except DimensionTooLarge as exc:
+        log.warning("query vector cannot be compared: %s", exc)
+        return None
     except (EngramError, OSError, ValueError) as exc:
         log.warning("query embedding failed, searching full-text only: %s", exc)
         return None
-    if not vectors:
-        return None
-    fitted = fit_dimension(vectors[0], settings.embedding_dim)
-    if fitted is None:
-        log.warning(
-            "query vector has %d dimensions, more than the column's %d",
-            len(vectors[0]),
-            settings.embedding_dim,
-        )
-    return fitted

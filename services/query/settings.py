@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from shared.embeddings import EmbeddingSettings
 from shared.llm.settings import LLMSettings
 
 
-class QuerySettings(LLMSettings):
+class QuerySettings(LLMSettings, EmbeddingSettings):
     """Settings of the agent API (a language model is optional: decision rewrites)."""
 
     cookie_secure: bool = Field(

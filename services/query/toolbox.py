@@ -18,6 +18,9 @@ from pydantic import BaseModel, ValidationError
 
 from services.query import facts_service as fs
 from services.query import memory_service as ms
+from services.query.embedding import user_embedder
+from services.query.people_tools import NAMES as PEOPLE_TOOL_NAMES
+from services.query.people_tools import PEOPLE_TOOLS, call_people_tool
 from services.query.schemas import (
     AddIn,
     FactIn,
@@ -97,7 +100,7 @@ FACTS_TOOL: dict[str, Any] = {
     },
 }
 
-TOOLS = [MEMORY_TOOL, FACTS_TOOL]
+TOOLS = [MEMORY_TOOL, FACTS_TOOL, *PEOPLE_TOOLS]
 
 
 class ToolError(Exception):
@@ -163,6 +166,14 @@ async def call_tool(ctx: ToolContext, name: str, arguments: Any) -> dict[str, An
             return await _memory(ctx, args)
         if name == "memory_facts":
             return await _facts(ctx, args)
+        if name in PEOPLE_TOOL_NAMES:
+            embedder = await user_embedder(
+                ctx.state.resolver, ctx.pool, user_id=ctx.user_id, settings=ctx.state.settings
+            )
+            return await call_people_tool(
+                name, args, pool=ctx.pool, publisher=ctx.publisher, user_id=ctx.user_id,
+                embedder=embedder, embedding_dim=ctx.state.settings.embedding_dim,
+            )
     except (InvalidRequest, NotFound) as exc:
         raise ToolError(str(exc)) from exc
     known = ", ".join(t["name"] for t in TOOLS)

@@ -16,7 +16,7 @@ async def _create(args: argparse.Namespace) -> int:
     if not args.admin and not args.user:
         raise ConfigError("give --user USER_ID, or --admin for an admin key")
     settings = with_running_stack(CommonSettings())
-    conn = await connect(settings.require_database_url(), codecs=False)
+    conn = await connect(settings.require_database_url())
     try:
         key, secret = await create_key(
             conn, user_id=args.user, is_admin=args.admin, name=args.name
@@ -31,7 +31,7 @@ async def _create(args: argparse.Namespace) -> int:
 
 async def _revoke(args: argparse.Namespace) -> int:
     settings = with_running_stack(CommonSettings())
-    conn = await connect(settings.require_database_url(), codecs=False)
+    conn = await connect(settings.require_database_url())
     try:
         key = await revoke_key(conn, args.prefix)
     finally:
@@ -42,7 +42,7 @@ async def _revoke(args: argparse.Namespace) -> int:
 
 async def _list(args: argparse.Namespace) -> int:
     settings = with_running_stack(CommonSettings())
-    conn = await connect(settings.require_database_url(), codecs=False)
+    conn = await connect(settings.require_database_url())
     try:
         rows = await list_keys(conn)
     finally:

@@ -36,7 +36,7 @@ from shared.llm.schemas import FactCandidate
 from shared.memory.dates import resolve_relative_dates
 from shared.memory.people import SELF_REFERENCES, resolve_or_create_person
 from shared.memory.secrets import find_secret, redact
-from shared.memory.supersession import supersede_conflicts
+from shared.memory.supersession import check_supersession
 from shared.memory.vectors import TextEmbedder, fit
 
 log = logging.getLogger(__name__)
@@ -73,10 +73,15 @@ EPISODE_FACTS = """
 SELECT count(*) FROM memory_items WHERE user_id = $1 AND episode_id = $2 AND data ? 'extractor'
 """
 
+# $12-$15: the vector computed for dedupe and who made it; NULL = embed it later.
 INSERT_FACT = """
 INSERT INTO memory_items (user_id, type, category, content, data, tags, subjects, source,
-                          source_context, episode_id, confidence, last_verified_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now())
+                          source_context, episode_id, confidence, last_verified_at,
+                          embedding, embedding_provider, embedding_model, embedding_dims,
+                          embedding_state, embedded_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now(), $12, $13, $14, $15,
+        CASE WHEN $12::vector IS NULL THEN 'pending' ELSE 'ready' END,
+        CASE WHEN $12::vector IS NULL THEN NULL ELSE now() END)
 RETURNING id
 """
 
@@ -103,6 +108,9 @@ class Fact:
     source_context: str | None
     subjects: list[uuid.UUID] = field(default_factory=list)
     vector: list[float] | None = None
+    # (provider, model, dims) of ``vector`` when the embedder said who made it:
+    # the fact is then stored with its embedding ready, not left for the embedder.
+    embedded_by: tuple[str, str, int] | None = None
 
     @property
     def type(self) -> str:
@@ -120,6 +128,7 @@ class FactPlan:
 @dataclass
 class FactResult:
     stored: list[uuid.UUID] = field(default_factory=list)
+    pending: list[uuid.UUID] = field(default_factory=list)  # stored without a vector
     confirmed: list[uuid.UUID] = field(default_factory=list)
     superseded: list[uuid.UUID] = field(default_factory=list)
     reviewed: int = 0
@@ -187,8 +196,12 @@ async def plan_facts(
     if embedder is not None and kept:
         try:
             vectors = await embedder.embed([f.content for f in kept])
+            provider = getattr(embedder, "provider", None)
+            model = getattr(embedder, "model", None)
             for fact, vec in zip(kept, vectors, strict=True):
                 fact.vector = fit(vec, dim)
+                if provider and model:
+                    fact.embedded_by = (str(provider), str(model), len(vec))
         except EngramError as exc:
             # Ash: degrade gracefully; exact-text dedupe still applies.
             log.warning("facts for %s: no embeddings for dedupe (%s)", user_id, exc)
@@ -257,20 +270,24 @@ async def apply_plan(
             "extractor": extractor_name, "heuristic": heuristic or c.heuristic,
             "subject": c.subject, "about": c.about, "stated_by": c.stated_by,
         }
+        inline = fact.vector is not None and fact.embedded_by is not None
+        by = fact.embedded_by if inline else None
         memory_id = await conn.fetchval(
             INSERT_FACT, user_id, fact.type, c.category, fact.content, data, c.tags,
             fact.subjects, c.source, fact.source_context, episode_id, fact.confidence,
+            fact.vector if inline else None, by[0] if by else None, by[1] if by else None,
+            by[2] if by else None,
         )
         result.stored.append(memory_id)
+        if not inline:
+            result.pending.append(memory_id)
         await audit(conn, user_id=user_id, action="create", entity="memory_item",
                     entity_id=str(memory_id), actor="extractor",
                     details={"episode_id": str(episode_id) if episode_id else None,
                              "source": c.source})
-        if fact.vector is not None:
-            result.superseded += await supersede_conflicts(
-                conn, user_id=user_id, memory_id=memory_id, vector=fact.vector,
-                subjects=fact.subjects, types=FACT_TYPES,
-            )
+        if inline:
+            # Ash's rule, the same check the query service runs when a vector arrives.
+            result.superseded += await check_supersession(conn, memory_id, actor="extractor")
     for memory_id, _ in plan.confirm:
         await conn.execute(CONFIRM, memory_id, user_id)
         result.confirmed.append(memory_id)

@@ -14,6 +14,7 @@ first at equal score. Without a query vector the search is full-text only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ semantic AS (
     SELECT m.id FROM memory_items m
     WHERE $2::vector IS NOT NULL AND m.embedding_state = 'ready' AND m.embedding_model = $10
       AND {_VISIBLE}
-    ORDER BY m.embedding <=> $2::vector
+    ORDER BY m.embedding::halfvec({{dim}}) <=> $2::vector::halfvec({{dim}})
     LIMIT $9 * 4
 ),
 lexical AS (
@@ -87,6 +88,8 @@ SELECT EXISTS (SELECT 1 FROM episodes WHERE user_id = $1 AND provider = $2 AND c
 """
 
 # $1 user, $2 query vector, $3 the message itself (left out), $4 limit, $5 model, $6 threshold
+# The nearest-neighbour walks order by the expression of migration 0010's HNSW
+# index (halfvec of the column's dimension); ``{dim}`` is filled in per deployment.
 SEARCH_MESSAGES_SEMANTIC = """
 WITH near AS (
     SELECT id, role, content, provider, chat_id, occurred_at,
@@ -94,7 +97,7 @@ WITH near AS (
     FROM messages
     WHERE user_id = $1 AND embedding_state = 'ready' AND embedding_model = $5
       AND role IN ('user', 'assistant') AND content <> '' AND content <> $3
-    ORDER BY embedding <=> $2::vector
+    ORDER BY embedding::halfvec({dim}) <=> $2::vector::halfvec({dim})
     LIMIT $4 * 4
 )
 SELECT * FROM near WHERE similarity >= $6
@@ -157,6 +160,11 @@ async def _iterative(
             yield conn
 
 
+@functools.cache
+def _sql(template: str, dim: int) -> str:
+    return template.replace("{dim}", str(dim))
+
+
 async def is_member(conn: asyncpg.Connection | asyncpg.Pool, user_id: str, chat: Chat) -> bool:
     """Whether ``user_id`` has a session in ``chat`` (and so sees its shared memories)."""
     return bool(await conn.fetchval(IS_MEMBER, user_id, chat.provider, chat.chat_id))
@@ -179,7 +187,8 @@ async def search_memories(
     """The ``limit`` best visible memories for ``query`` (see the module doc)."""
     async with _iterative(conn) as c:
         rows = await c.fetch(
-            SEARCH_MEMORIES, user_id, vector, query,
+            _sql(SEARCH_MEMORIES, len(vector) if vector is not None else 1), user_id, vector,
+            query,
             chat.provider if chat else None, chat.chat_id if chat else None, member,
             subject, include_superseded, limit, model, types,
         )
@@ -190,7 +199,8 @@ def _memory(r: asyncpg.Record) -> MemoryHit:
     sim = r["similarity"]
     return MemoryHit(
         id=r["id"], owner=r["user_id"], scope=r["scope"], theme=r["theme"], type=r["type"],
-        content=r["content"], data=dict(r["data"] or {}), subjects=list(r["subjects"] or []), source=r["source"],
+        content=r["content"], data=dict(r["data"] or {}), subjects=list(r["subjects"] or []),
+        source=r["source"],
         created_at=r["created_at"], expires_at=r["expires_at"],
         superseded_at=r["superseded_at"], superseded_by=r["superseded_by"],
         similarity=float(sim) if sim is not None else None, score=float(r["score"]),
@@ -211,8 +221,8 @@ async def search_messages(
     when a vector is given, else full-text matches. The message itself is left out."""
     if vector is not None:
         async with _iterative(conn) as c:
-            rows = await c.fetch(SEARCH_MESSAGES_SEMANTIC, user_id, vector, message, limit,
-                                 model, threshold)
+            rows = await c.fetch(_sql(SEARCH_MESSAGES_SEMANTIC, len(vector)), user_id, vector,
+                                 message, limit, model, threshold)
     else:
         rows = await conn.fetch(SEARCH_MESSAGES_TEXT, user_id, message, message, limit)
     return [

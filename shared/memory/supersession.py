@@ -16,7 +16,6 @@ one is then superseded when its own vector arrives.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 
 import asyncpg
 
@@ -105,53 +104,3 @@ async def check_supersession(
                         details={"superseded_by": str(winner),
                                  "similarity": round(sims.get(old, 0.0), 4)})
         return ids
-
-
-# The extractor's entry point: the new memory's vector is given (not read from the
-# row), and only memories of the given types are compared. Same rule otherwise.
-SUPERSEDE_SIMILARITY = THRESHOLD
-
-SUPERSEDE = """
-UPDATE memory_items m
-SET superseded_at = now(), superseded_by = $2, updated_at = now()
-WHERE m.user_id = $1
-  AND m.id <> $2
-  AND m.status = 'active'
-  AND m.superseded_at IS NULL
-  AND m.embedding_state = 'ready'
-  AND m.scope = $4
-  AND m.provider IS NOT DISTINCT FROM $5
-  AND m.chat_id IS NOT DISTINCT FROM $6
-  AND m.subjects @> $7::uuid[] AND m.subjects <@ $7::uuid[]
-  AND m.type = ANY($8::text[])
-  AND 1 - (m.embedding <=> $3) >= $9
-RETURNING m.id, m.content
-"""
-
-
-async def supersede_conflicts(
-    conn: asyncpg.Connection,
-    *,
-    user_id: str,
-    memory_id: uuid.UUID,
-    vector: Sequence[float],
-    subjects: Sequence[uuid.UUID],
-    types: Sequence[str],
-    scope: str = "personal",
-    provider: str | None = None,
-    chat_id: str | None = None,
-    threshold: float = SUPERSEDE_SIMILARITY,
-) -> list[uuid.UUID]:
-    """Mark the memories ``memory_id`` (already inserted) supersedes; return their ids.
-
-    ``vector`` is the new memory's embedding, padded to the column's dimension."""
-    rows = await conn.fetch(
-        SUPERSEDE, user_id, memory_id, list(vector), scope, provider, chat_id,
-        list(subjects), list(types), threshold,
-    )
-    for r in rows:
-        await audit(
-            conn, user_id=user_id, action="supersede", entity="memory_item",
-            entity_id=str(r["id"]), details={"superseded_by": str(memory_id)},
-        )
-    return [r["id"] for r in rows]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from shared.errors import InfrastructureError
+from shared.embeddings.base import fit_to_column
 
 
 class TextEmbedder(Protocol):
@@ -33,11 +33,9 @@ class ModelEmbedder(Protocol):
 
 
 def fit(vector: Sequence[float], dim: int) -> list[float]:
-    """A vector zero-padded to the column's dimension; a longer one is an error."""
-    values = [float(x) for x in vector]
-    if len(values) > dim:
-        raise InfrastructureError(f"vector of {len(values)} dimensions exceeds the column's {dim}")
-    return values + [0.0] * (dim - len(values))
+    """A vector zero-padded to the column's dimension; a longer one is an error
+    (``DimensionTooLarge``, an ``EngramError``). See ``fit_to_column``."""
+    return fit_to_column(vector, dim)
 
 
 def tsquery(n: int) -> str:

@@ -28,6 +28,9 @@ def vec(similarity: float, axis: int = 1) -> list[float]:
 class TableEmbedder:
     """Vectors chosen by the test, so each similarity band can be hit exactly."""
 
+    provider = "test"
+    model = "table"
+
     def __init__(self, table: dict[str, list[float]]) -> None:
         self.table = table
         self.calls: list[list[str]] = []
@@ -57,9 +60,11 @@ async def existing(pool: asyncpg.Pool, user_id: str, content: str, *,
     await pool.execute("INSERT INTO users (id, display_name) VALUES ($1, 'Tim') "
                        "ON CONFLICT DO NOTHING", user_id)
     return await pool.fetchval(
-        """INSERT INTO memory_items (user_id, type, content, subjects, embedding, embedding_state)
-           VALUES ($1, 'fact', $2, $3, $4, $5) RETURNING id""",
-        user_id, content, list(subjects), vector, "ready" if vector else "pending")
+        """INSERT INTO memory_items (user_id, type, content, subjects, embedding, embedding_state,
+                                     embedding_provider, embedding_model)
+           VALUES ($1, 'fact', $2, $3, $4, $5, $6, $7) RETURNING id""",
+        user_id, content, list(subjects), vector, "ready" if vector else "pending",
+        TableEmbedder.provider if vector else None, TableEmbedder.model if vector else None)
 
 
 async def learn(pool: asyncpg.Pool, user_id: str, candidates: list[FactCandidate], *,

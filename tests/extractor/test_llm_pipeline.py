@@ -156,7 +156,7 @@ async def test_the_sweeper_closes_idle_episodes_and_requeues_late_activity(
     late = await _seed_episode(pool, user_id, status="closed", idle=timedelta(hours=2),
                                extracted=True)
     # a turn stored after the extraction (ingest bumps turn_count and last_active_at)
-    await pool.execute("UPDATE episodes SET turn_count = 3, "
+    await pool.execute("UPDATE episodes SET turn_count = 3, extract_due = true, "
                        "updated_at = now() - interval '40 minutes' WHERE id = $1", late)
 
     window = timedelta(minutes=30)

@@ -49,3 +49,27 @@ async def test_tool_calls_play_the_wife_scenario(make_settings, pool, user_id, l
             await call_people_tool("recall", {"about": "Sarah"}, **kw)
         with pytest.raises(InvalidRequest, match="unknown tool"):
             await call_people_tool("forget_everything", {}, **kw)
+
+
+@pytest.mark.slow
+async def test_remember_and_recall_run_through_the_tool_call_endpoint(semantic_api):
+    api = semantic_api
+    listed = (await api.get("/v1/tools")).json()
+    assert {"remember", "recall"} <= {t["function"]["name"] for t in listed["openai"]}
+
+    stored = await api.ok("/v1/tools/call", {"name": "remember", "arguments": {"facts": [
+        {"content": "My wife's name is Sarah", "subjects": ["my wife"]},
+        {"content": "She likes Italian food", "subjects": ["my wife"]},
+    ]}})
+    assert stored["is_error"] is False
+    # An OpenAI-shaped call: arguments as a JSON string.
+    out = await api.ok("/v1/tools/call", {"function": {
+        "name": "recall",
+        "arguments": '{"query": "what does my wife like?", "about": "my wife"}'}})
+    assert out["is_error"] is False
+    first = out["result"]["results"][0]
+    assert first["content"] == "She likes Italian food"
+    assert first["subjects"][0]["name"] == "Sarah"
+
+    bad = await api.ok("/v1/tools/call", {"name": "recall", "arguments": {"about": "Sarah"}})
+    assert bad["is_error"] is True and "invalid arguments for recall" in bad["error"]

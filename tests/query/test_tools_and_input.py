@@ -12,11 +12,13 @@ async def test_tools_are_listed_in_openai_and_anthropic_formats(make_settings, p
     app = create_app(make_settings(QuerySettings))
     async with running(app) as client:
         body = (await client.get("/v1/tools")).json()
-        assert [t["function"]["name"] for t in body["openai"]] == ["memory", "memory_facts"]
+        assert [t["function"]["name"] for t in body["openai"]] == [
+            "memory", "memory_facts", "remember", "recall"]
         assert body["openai"][0]["type"] == "function"
         assert body["openai"][0]["function"]["parameters"]["properties"]["operation"]["enum"] \
             == ["search", "add", "get", "archive", "list_themes"]
-        assert [t["name"] for t in body["anthropic"]] == ["memory", "memory_facts"]
+        assert [t["name"] for t in body["anthropic"]] == [
+            "memory", "memory_facts", "remember", "recall"]
         assert body["anthropic"][1]["input_schema"]["properties"]["action"]["enum"] \
             == ["save", "search", "forget", "list"]
         only = (await client.get("/v1/tools", params={"format": "anthropic"})).json()

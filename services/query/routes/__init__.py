@@ -18,8 +18,10 @@ ROUTER_MODULES = [
     "services.query.routes.admin",
     "services.query.routes.embeddings",
     "services.query.routes.decisions",
+    "services.query.routes.episodes",
     "services.query.routes.people",
     "services.query.routes.context",
+    "services.query.ui",
 ]
 
 

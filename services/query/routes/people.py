@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from services.query.auth import UserId
 from services.query.deps import Pool, Pub
-from services.query.people_embedder import QueryEmbedder
 from services.query.people_api import RecallIn, RememberIn, do_recall, do_remember
+from services.query.people_embedder import QueryEmbedder
 from shared.memory.people import list_people, resolve_person
 
 router = APIRouter(prefix="/v1", tags=["people"])
