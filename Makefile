@@ -51,6 +51,10 @@ LOCOMO ?= ../shared/data/locomo/locomo10.json
 bench-extract: $(STAMP)
 	$(BIN)/python -m bench.extract $(LOCOMO)
 
+# Uses the stack of `make run` if one is running, else starts its own.
+bench-locomo: $(STAMP)
+	$(BIN)/python -m bench.locomo $(LOCOMO)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 

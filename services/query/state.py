@@ -13,6 +13,7 @@ import asyncpg
 from prometheus_client import CollectorRegistry, Counter
 
 from services.query.embedding import Resolver, embed_query
+from services.query.message_search import MODES
 from services.query.search import SearchParams, SearchResult, search
 from shared.settings import CommonSettings
 
@@ -22,6 +23,7 @@ class QueryState:
     settings: CommonSettings
     resolver: Resolver
     searches: Counter
+    message_searches: Counter
 
     @classmethod
     def build(
@@ -35,7 +37,16 @@ class QueryState:
         )
         for mode in ("hybrid", "fts_only", "semantic_only", "match_all"):
             searches.labels(mode)
-        return cls(settings=settings, resolver=resolver, searches=searches)
+        message_searches = Counter(
+            "engram_message_searches_total",
+            "Conversation-turn searches by the mode that ran (rrf, hybrid, fts, semantic)",
+            ["mode"],
+            registry=registry,
+        )
+        for mode in MODES:
+            message_searches.labels(mode)
+        return cls(settings=settings, resolver=resolver, searches=searches,
+                   message_searches=message_searches)
 
     async def query_vector(
         self, pool: asyncpg.Pool, *, user_id: str, text: str

@@ -12,6 +12,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -93,6 +94,14 @@ def _statements(t: Table) -> dict[str, str]:
 
 SQL: dict[EmbedKind, dict[str, str]] = {k: _statements(t) for k, t in TABLES.items()}
 
+# A turn is embedded with who said it and when (docs/retrieval.md: what each bought).
+SQL["message"]["fetch"] = """
+    SELECT m.id, m.embedding_provider, m.embedding_model, m.content, m.role, m.tool_name,
+           m.tool_args, m.tool_result, m.display_name, m.occurred_at
+    FROM messages m
+    WHERE m.user_id = $1 AND m.id = ANY($2::bigint[]) AND m.embedding_state = 'pending'
+"""
+
 
 @dataclass(frozen=True)
 class Row:
@@ -118,11 +127,18 @@ def _brief(value: Any) -> str:
 
 
 def message_text(
-    content: str, role: str, tool_name: str | None, tool_args: Any, tool_result: Any
+    content: str, role: str, tool_name: str | None, tool_args: Any, tool_result: Any,
+    *, speaker: str | None = None, at: datetime | None = None,
 ) -> str:
-    """A message's content; a tool turn also names the tool and, briefly, its args and result."""
+    """What is embedded for a turn: ``<date> <speaker>: <content>``.
+
+    The date (``occurred_at``, UTC) and the speaker (display name, else the role)
+    let a question that names a person or a time find the turn; a tool turn names
+    the tool and, briefly, its args and result instead of a speaker."""
     if role != "tool" and not tool_name:
-        return content
+        who = (speaker or "").strip() or role
+        text = f"{who}: {content}"
+        return f"{at:%d %B %Y} {text}" if at is not None else text
     body = [content] if content else []
     if tool_args not in (None, {}, []):
         body.append(f"args: {_brief(tool_args)}")
@@ -156,8 +172,9 @@ async def fetch_pending(
     for r in await conn.fetch(SQL[kind]["fetch"], user_id, list(ids)):
         if kind == "message":
             text = message_text(
-                r["content"], r["role"], r["tool_name"], r["tool_args"], r["tool_result"]
-            )
+                r["content"], r["role"], r["tool_name"], r["tool_args"], r["tool_result"],
+                speaker=r["display_name"], at=r["occurred_at"],
+            ) if r["content"] or r["tool_name"] or r["role"] == "tool" else ""
         else:
             text = r["content"] or ""
         out.append(Row(kind, r["id"], text.strip()[:max_chars], r["embedding_provider"],

@@ -14,6 +14,7 @@ from services.embedder import service
 from services.embedder.settings import EmbedderSettings
 from shared.embeddings import ProviderSettingsIn, put_provider_settings
 from shared.embeddings.providers import ProviderRegistry
+from shared.embeddings.store import message_text
 from shared.events import EmbedRequested, EmbedTarget
 from shared.streams import Delivery, Publisher
 from tests.embedder.conftest import add_messages
@@ -76,7 +77,9 @@ async def test_vectors_are_stored_zero_padded_and_rows_become_ready(
     for r, text in zip(rows, texts, strict=True):
         vec = r["embedding"].to_list()
         assert len(vec) == 384 and r["embedding_dims"] == 8
-        assert vec[:8] == pytest.approx(vector_for(text, 8), abs=1e-6)
+        at = await pool.fetchval("SELECT occurred_at FROM messages WHERE id = $1", r["id"])
+        embedded = message_text(text, "user", None, None, None, at=at)  # "<date> user: <text>"
+        assert vec[:8] == pytest.approx(vector_for(embedded, 8), abs=1e-6)
         assert vec[8:] == [0.0] * 376
         assert (r["embedding_provider"], r["embedding_model"]) == (provider, "scripted-embed")
     # batch size 4: six texts in two provider calls
@@ -233,3 +236,16 @@ async def test_malformed_target_ids_are_rejected_with_a_reason(
         registry=registry,
     )
     assert "not a valid id" in rejected["7-0"]
+
+
+def test_a_turn_is_embedded_with_its_date_and_speaker() -> None:
+    from datetime import UTC, datetime
+
+    at = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    assert message_text("I went hiking", "user", None, None, None, speaker="Ann", at=at) == (
+        "08 May 2023 Ann: I went hiking")
+    # no display name: the role speaks; a tool turn keeps its own shape
+    assert message_text("Sunny", "assistant", None, None, None, at=at) == (
+        "08 May 2023 assistant: Sunny")
+    assert message_text("", "tool", "weather", {"city": "Oslo"}, None, speaker="x", at=at) == (
+        'tool weather: args: {"city": "Oslo"}')

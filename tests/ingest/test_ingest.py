@@ -193,6 +193,30 @@ async def test_a_turn_keeps_the_time_it_happened(make_settings, pool, redis, use
     assert when.isoformat() == "2019-05-08T13:56:00+00:00"
 
 
+async def test_a_batch_mixing_users_asks_for_embeddings_per_user(
+    make_settings, pool, redis, user_id
+):
+    # The embedder reads a request's rows by its user: a request naming no user
+    # (as one batch-wide request for a mixed batch did) embedded nothing.
+    other = f"{user_id}-b"
+    settings = make_settings(IngestSettings)
+    pub = Publisher(redis, settings)
+    async with running(create_app(settings)):
+        await pub.publish("turns", [turn(u, i) for i in range(3) for u in (user_id, other)])
+        await wait_for(lambda: _count_is(pool, other, 3), message="both users stored")
+        await wait_for(lambda: _count_is(pool, user_id, 3), message="both users stored")
+        embed = await redis.xrange(settings.stream("embed"))
+    asked: dict[str | None, set[str]] = {}
+    for _, f in embed:
+        event = EmbedRequested.model_validate_json(f[EVENT_FIELD])
+        asked.setdefault(event.user_id, set()).update(t.id for t in event.targets)
+    assert None not in asked
+    for u in (user_id, other):
+        ids = {str(r["id"]) for r in await pool.fetch(
+            "SELECT id FROM messages WHERE user_id = $1", u)}
+        assert asked[u] == ids
+
+
 async def test_an_old_turn_arriving_late_never_closes_the_current_episode(
     make_settings, pool, redis, user_id
 ):

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 ROUTER_MODULES = [
     "services.query.routes.me",
     "services.query.routes.memory",
+    "services.query.routes.messages",
     "services.query.routes.facts",
     "services.query.routes.jarvus",
     "services.query.routes.checkpoints",

@@ -1,0 +1,383 @@
+"""LoCoMo retrieval through the real pipeline: Redis → ingest → embedder → query API.
+
+    python -m bench.locomo [PATH/TO/locomo10.json] [--modes fts,semantic,hybrid,rrf]
+    make bench-locomo LOCOMO=path
+
+For each of the 10 conversations (one engram user each, ``locomo-<sample_id>``):
+every turn is published on ``turns`` as a TurnReceived (speaker as display name,
+the session's date as its time — plus the turn's index in seconds, so turns keep
+their order —, a shared image's caption after the text, ``dia_id`` as the
+external message id); the bench waits until every turn is embedded, then asks
+every question through ``POST /v1/messages/search`` with that user's API key and
+scores the returned turns against the question's evidence ids.
+
+The system never sees the dataset's annotations (observation, session and event
+summaries), the answers or the evidence. The data is CC BY-NC: it is read from
+its path, never copied into the repository.
+
+It uses the stack of ``make run`` when one is running (``<data_dir>/stack.json``;
+ports from the same ``ENGRAM_*`` settings), else starts its own servers and
+services in a temporary directory. ``--reuse`` keeps already-loaded users (to
+iterate on retrieval without re-ingesting); by default they are deleted and
+loaded afresh, which is what the ingest+embed time measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import redis.asyncio as aioredis
+
+from bench.common import Progress, bench_stack, table, write_result
+from shared.apikeys import create_key
+from shared.db import create_pool
+from shared.embedded import with_running_stack
+from shared.errors import ConfigError
+from shared.events import TurnReceived
+from shared.settings import CommonSettings
+from shared.streams import Publisher
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PATH = ROOT / ".." / "shared" / "data" / "locomo" / "locomo10.json"
+KS = (5, 10, 25, 50)
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+REFERENCES = [  # turn-level, categories 1-5 (docs/retrieval.md, the data's README)
+    ("BM25 (reference)", {"r@10": 0.528}),
+    ("all-MiniLM-L6-v2 dense (reference)", {"r@10": 0.466}),
+    ("0.7/0.3 min-max hybrid (reference)", {"r@10": 0.596}),
+    ("DRAGON, LoCoMo paper Table 3", {"r@5": 0.567, "r@10": 0.662, "r@25": 0.767,
+                                      "r@50": 0.827}),
+]
+
+
+@dataclass(frozen=True)
+class Turn:
+    dia_id: str
+    speaker: str
+    text: str
+    when: datetime
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    category: int
+    evidence: frozenset[str]
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    speaker_a: str
+    turns: list[Turn] = field(default_factory=list)
+    questions: list[Question] = field(default_factory=list)
+
+    @property
+    def user_id(self) -> str:
+        return f"locomo-{self.sample_id}"
+
+
+def _session_time(text: str) -> datetime:
+    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+def _evidence_ids(raw: list[str]) -> frozenset[str]:
+    """The README's quirks: several ids in one string, ``D:11:26``, ``D30:05``."""
+    out = set()
+    for item in raw:
+        for part in re.split(r"[;,]\s*|\s+", item):
+            m = re.fullmatch(r"D:?(\d+):0*(\d+)", part.strip())
+            if m:
+                out.add(f"D{int(m.group(1))}:{int(m.group(2))}")
+    return frozenset(out)
+
+
+def load(path: Path) -> list[Conversation]:
+    convs = []
+    for sample in json.loads(path.read_text()):
+        c = sample["conversation"]
+        conv = Conversation(sample["sample_id"], c["speaker_a"])
+        keys = sorted((k for k in c if re.fullmatch(r"session_\d+", k)),
+                      key=lambda k: int(k.split("_")[1]))
+        for key in keys:
+            start = _session_time(c[f"{key}_date_time"])
+            for i, t in enumerate(c[key]):
+                text = t["text"]
+                if t.get("blip_caption"):
+                    text = f"{text} [shares an image: {t['blip_caption']}]"
+                conv.turns.append(Turn(t["dia_id"], t["speaker"], text,
+                                       start + timedelta(seconds=i)))
+        for qa in sample["qa"]:
+            evidence = _evidence_ids(qa.get("evidence", []))
+            if evidence:
+                conv.questions.append(Question(qa["question"], int(qa["category"]), evidence))
+        convs.append(conv)
+    return convs
+
+
+def turn_events(conv: Conversation) -> list[TurnReceived]:
+    return [
+        TurnReceived(
+            occurred_at=t.when, user_id=conv.user_id, display_name=t.speaker,
+            provider="locomo", chat_id=conv.sample_id,
+            role="user" if t.speaker == conv.speaker_a else "assistant",
+            content=t.text, external_message_id=t.dia_id,
+        )
+        for t in conv.turns
+    ]
+
+
+# -- the stack ----------------------------------------------------------------------
+
+
+def _service_env(settings: CommonSettings) -> dict[str, str]:
+    env = dict(os.environ)
+    for key, value in settings.model_dump(mode="json").items():
+        if value is not None:
+            env[f"ENGRAM_{key.upper()}"] = str(value)
+    assert settings.database_url and settings.redis_url
+    env["ENGRAM_DATABASE_URL"] = settings.database_url.get_secret_value()
+    env["ENGRAM_REDIS_URL"] = settings.redis_url.get_secret_value()
+    return env
+
+
+@contextlib.contextmanager
+def services(settings: CommonSettings, names: list[str]) -> Iterator[None]:
+    """Run ``services.<name>`` as processes on the settings' ports until the block ends."""
+    procs = {n: subprocess.Popen([sys.executable, "-m", f"services.{n}"],
+                                 env=_service_env(settings), cwd=ROOT) for n in names}
+    try:
+        deadline = time.monotonic() + 180
+        waiting = set(names)
+        while waiting:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"services not healthy in 180 s: {sorted(waiting)}")
+            for n in list(waiting):
+                if procs[n].poll() is not None:
+                    raise RuntimeError(f"service {n} exited with {procs[n].returncode}")
+                port = getattr(settings, f"{n}_port")
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                        waiting.discard(n)
+            time.sleep(0.3)
+        yield
+    finally:
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@contextlib.contextmanager
+def stack() -> Iterator[tuple[CommonSettings, str]]:
+    """The running ``make run`` stack if there is one, else a private one."""
+    try:
+        settings = with_running_stack(CommonSettings())
+    except ConfigError:
+        settings = None
+    if settings is not None:
+        yield settings, "running stack (make run)"
+        return
+    with bench_stack("locomo") as s, services(s, ["ingest", "embedder", "query"]):
+        yield s, "private stack (bench_stack, services as processes)"
+
+
+# -- loading ------------------------------------------------------------------------
+
+COUNTS = """
+SELECT count(*) AS total, count(*) FILTER (WHERE embedding_state = 'ready') AS ready,
+       count(*) FILTER (WHERE embedding_state = 'error') AS errors
+FROM messages WHERE user_id = ANY($1::text[])
+"""
+
+
+async def load_turns(
+    pool: asyncpg.Pool, settings: CommonSettings, convs: list[Conversation], *, reuse: bool
+) -> dict[str, Any]:
+    users = [c.user_id for c in convs]
+    expected = sum(len(c.turns) for c in convs)
+    row = await pool.fetchrow(COUNTS, users)
+    if reuse and row["ready"] == expected:
+        print(f"reusing {expected:,} embedded turns of {len(users)} users", file=sys.stderr)
+        return {"reused": True, "turns": expected}
+    await pool.execute("DELETE FROM users WHERE id = ANY($1::text[])", users)
+    assert settings.redis_url is not None
+    redis = aioredis.from_url(settings.redis_url.get_secret_value())
+    publisher = Publisher(redis, settings)
+    started = time.perf_counter()
+    try:
+        for conv in convs:
+            events = turn_events(conv)
+            for i in range(0, len(events), 500):
+                await publisher.publish("turns", events[i:i + 500])
+    finally:
+        await redis.aclose()
+    published = time.perf_counter() - started
+    progress = Progress("embedded turns", expected)
+    stored_at = None
+    while True:
+        row = await pool.fetchrow(COUNTS, users)
+        if stored_at is None and row["total"] >= expected:
+            stored_at = time.perf_counter() - started
+        progress.update(row["ready"] + row["errors"])
+        if row["ready"] + row["errors"] >= expected:
+            break
+        if time.perf_counter() - started > 3600:
+            raise RuntimeError(f"turns not embedded after an hour: {dict(row)}")
+        await asyncio.sleep(0.5)
+    total = time.perf_counter() - started
+    progress.update(expected, force=True)
+    return {"reused": False, "turns": expected, "errors": row["errors"],
+            "publish_s": round(published, 2), "stored_s": round(stored_at or total, 2),
+            "ingest_and_embed_s": round(total, 2),
+            "turns_per_s": round(expected / total, 1)}
+
+
+# -- asking and scoring -------------------------------------------------------------
+
+
+def _ndcg(ranked: list[str], evidence: frozenset[str], k: int = 10) -> float:
+    dcg = sum(1 / math.log2(i + 2) for i, d in enumerate(ranked[:k]) if d in evidence)
+    ideal = sum(1 / math.log2(i + 2) for i in range(min(len(evidence), k)))
+    return dcg / ideal
+
+
+def score(ranked: list[str], evidence: frozenset[str]) -> dict[str, float]:
+    out = {f"r@{k}": len(evidence & set(ranked[:k])) / len(evidence) for k in KS}
+    out["ndcg@10"] = _ndcg(ranked, evidence)
+    return out
+
+
+async def ask_all(
+    base_url: str, keys: dict[str, str], convs: list[Conversation], mode: str,
+    *, concurrency: int = 4,
+) -> list[tuple[int, dict[str, float], float]]:
+    """Every question in ``mode``: (category, scores, seconds) each."""
+    slots = asyncio.Semaphore(concurrency)
+    work = [(c, q) for c in convs for q in c.questions]
+    progress = Progress(f"questions ({mode})", len(work))
+    done = 0
+
+    async def one(client: httpx.AsyncClient, conv: Conversation, q: Question
+                  ) -> tuple[int, dict[str, float], float]:
+        nonlocal done
+        async with slots:
+            t0 = time.perf_counter()
+            r = await client.post(
+                "/v1/messages/search",
+                json={"query": q.text, "limit": max(KS), "mode": mode},
+                headers={"Authorization": f"Bearer {keys[conv.user_id]}"},
+            )
+            elapsed = time.perf_counter() - t0
+        r.raise_for_status()
+        body = r.json()
+        if body["mode"] != mode:
+            raise RuntimeError(f"asked for {mode}, the service ran {body['mode']}")
+        ranked = [h["external_message_id"] for h in body["results"]]
+        done += 1
+        progress.update(done)
+        return q.category, score(ranked, q.evidence), elapsed
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
+        out = await asyncio.gather(*(one(client, c, q) for c, q in work))
+    progress.update(len(work), force=True)
+    return list(out)
+
+
+def summarise(rows: list[tuple[int, dict[str, float], float]]) -> dict[str, Any]:
+    groups: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for cat, s, _ in rows:
+        groups[f"{cat}"].append(s)
+        groups["1-5"].append(s)
+        if cat != 5:
+            groups["1-4"].append(s)
+    out: dict[str, Any] = {}
+    for name, scores in sorted(groups.items()):
+        out[name] = {m: round(sum(s[m] for s in scores) / len(scores), 4) for m in scores[0]}
+        out[name]["n"] = len(scores)
+    latencies = sorted(e for _, _, e in rows)
+    out["latency_ms"] = {"p50": round(latencies[len(latencies) // 2] * 1000, 1),
+                         "p95": round(latencies[int(len(latencies) * 0.95)] * 1000, 1)}
+    return out
+
+
+def report(results: dict[str, dict[str, Any]]) -> str:
+    metrics = [f"r@{k}" for k in KS] + ["ndcg@10"]
+    rows: list[tuple[str, ...]] = []
+    for name, ref in REFERENCES:
+        rows.append((name, "1-5", *(f"{ref[m]:.3f}" if m in ref else "" for m in metrics)))
+    for mode, res in results.items():
+        for group in ("1-5", "1-4", "1", "2", "3", "4", "5"):
+            if group not in res:
+                continue
+            label = group if len(group) > 1 else f"{group} {CATEGORIES[int(group)]}"
+            rows.append((f"engram {mode}", label, *(f"{res[group][m]:.3f}" for m in metrics)))
+    return table(rows, ("retriever", "categories", *metrics))
+
+
+async def run(path: Path, modes: list[str], *, reuse: bool) -> dict[str, Any]:
+    convs = load(path)
+    with stack() as (settings, where):
+        print(f"using the {where}", file=sys.stderr)
+        assert settings.database_url is not None
+        pool = await create_pool(settings.database_url.get_secret_value(), max_size=4)
+        try:
+            loading = await load_turns(pool, settings, convs, reuse=reuse)
+            keys = {}
+            for c in convs:
+                _, keys[c.user_id] = await create_key(pool, user_id=c.user_id)
+        finally:
+            await pool.close()
+        base = f"http://127.0.0.1:{settings.query_port}"
+        results = {m: summarise(await ask_all(base, keys, convs, m)) for m in modes}
+    return {"dataset": str(path), "stack": where, "conversations": len(convs),
+            "turns": sum(len(c.turns) for c in convs),
+            "questions": sum(len(c.questions) for c in convs),
+            "loading": loading, "results": results,
+            "references": dict(REFERENCES),
+            "note": "2-core machine shared with other engineers' work while measured"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("locomo", type=Path, nargs="?", default=DEFAULT_PATH)
+    parser.add_argument("--modes", default="fts,bm25,semantic,hybrid,rrf,fused",
+                        help="comma-separated message-search modes to compare")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep the users if every turn is already embedded")
+    parser.add_argument("--name", default="locomo", help="bench/results/<name>.json")
+    args = parser.parse_args()
+    if not args.locomo.exists():
+        parser.error(f"{args.locomo} not found (LoCoMo's locomo10.json)")
+    result = asyncio.run(run(args.locomo, args.modes.split(","), reuse=args.reuse))
+    print()
+    print(report(result["results"]))
+    if not result["loading"].get("reused"):
+        lo = result["loading"]
+        print(f"\ningest + embed of {lo['turns']:,} turns: {lo['ingest_and_embed_s']} s "
+              f"({lo['turns_per_s']} turns/s; all stored after {lo['stored_s']} s)")
+    print(f"\nwritten to {write_result(args.name, result)}")
+
+
+if __name__ == "__main__":
+    main()

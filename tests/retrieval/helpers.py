@@ -1,0 +1,51 @@
+"""Rows as ingest and the embedder leave them: a user, an episode, turns with vectors."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import numpy as np
+
+
+@dataclass(frozen=True)
+class T:
+    """One turn to store: text, optional vector (None = still pending), who said it."""
+
+    content: str
+    vector: Sequence[float] | None = None
+    speaker: str = "Ann"
+    role: str = "user"
+    chat_id: str = "chat-1"
+    at: datetime | None = None
+
+
+async def add_turns(
+    pool: asyncpg.Pool, user_id: str, turns: Sequence[T], *, episode: uuid.UUID | None = None
+) -> tuple[uuid.UUID, list[int]]:
+    """Store ``turns`` in one episode (new unless given); return it and the message ids."""
+    episode = episode or uuid.uuid4()
+    base = datetime(2024, 5, 1, 12, tzinfo=UTC)
+    ids = []
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
+        await conn.execute(
+            "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
+            "VALUES ($1, $2, 'test', $3, $4, $4) ON CONFLICT DO NOTHING",
+            episode, user_id, turns[0].chat_id, base,
+        )
+        for n, t in enumerate(turns):
+            ready = t.vector is not None
+            ids.append(await conn.fetchval(
+                "INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, "
+                "display_name, content, external_id, occurred_at, embedding, embedding_state) "
+                "VALUES ($1, $2, $3, 'test', $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
+                uuid.uuid4(), user_id, episode, t.chat_id, t.role, t.speaker, t.content,
+                f"m-{uuid.uuid4().hex[:8]}", t.at or base + timedelta(seconds=n),
+                np.asarray(t.vector, dtype=np.float32) if ready else None,
+                "ready" if ready else "pending",
+            ))
+    return episode, ids

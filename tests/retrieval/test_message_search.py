@@ -1,0 +1,219 @@
+"""POST /v1/messages/search on real PostgreSQL + pgvector: modes, fusion, filters, scope."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from services.query import message_search
+from services.query.app import create_app
+from services.query.settings import QuerySettings
+from tests.query.helpers import FailingEmbedder, FixedEmbedder, auth, resolver_for, unit
+from tests.retrieval.helpers import T, add_turns
+from tests.support import running
+
+Q = unit(1)
+
+
+def _app(make_settings, embedder=None):
+    embedder = embedder or FixedEmbedder({"hiking trip": Q, "anything": Q})
+    return create_app(make_settings(QuerySettings), resolver=resolver_for(embedder))
+
+
+async def _search(client, h, query, **kw):
+    r = await client.post("/v1/messages/search", headers=h, json={"query": query, **kw})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def test_full_text_finds_stemmed_words_and_reports_the_turn(make_settings, pool, user_id):
+    episode, ids = await add_turns(pool, user_id, [
+        T("We went hiking in the Alps last summer", speaker="Ann"),
+        T("I bought new running shoes", speaker="Bob", role="assistant"),
+    ])
+    async with running(_app(make_settings)) as client:
+        body = await _search(client, await auth(pool, user_id), "hikes", mode="fts")
+    assert body["mode"] == "fts"
+    [hit] = body["results"]
+    assert hit["id"] == ids[0]
+    assert hit["episode_id"] == str(episode)
+    assert hit["display_name"] == "Ann" and hit["role"] == "user"
+    assert hit["external_message_id"].startswith("m-")
+    assert hit["content_snippet"] == "We went hiking in the Alps last summer"
+    assert hit["signals"]["fts"] and not hit["signals"]["semantic"]
+
+
+async def test_semantic_ranks_by_cosine_and_ignores_turns_not_yet_embedded(
+        make_settings, pool, user_id):
+    _, ids = await add_turns(pool, user_id, [
+        T("far", unit(5)),
+        T("nearest", Q),
+        T("near", unit(6, near=Q, noise=0.5)),
+        T("pending, would be nearest", None),
+    ])
+    async with running(_app(make_settings)) as client:
+        body = await _search(client, await auth(pool, user_id), "hiking trip", mode="semantic")
+    assert body["mode"] == "semantic"
+    assert [r["id"] for r in body["results"]] == [ids[1], ids[2], ids[0]]
+    assert body["results"][0]["signals"]["semantic_rank"] == 1
+
+
+async def test_hybrid_is_seventy_semantic_thirty_lexical_min_max(make_settings, pool, user_id):
+    _, ids = await add_turns(pool, user_id, [
+        T("hiking trip hiking trip", unit(2, near=Q, noise=0.8)),  # best lexical, mid semantic
+        T("nothing in common", Q),                                 # best semantic only
+        T("a trip", unit(3)),                                      # weak lexical, worst semantic
+    ])
+    async with running(_app(make_settings)) as client:
+        body = await _search(client, await auth(pool, user_id), "hiking trip", mode="hybrid")
+    assert body["mode"] == "hybrid"
+    scores = {r["id"]: r["score"] for r in body["results"]}
+    assert scores[ids[1]] == pytest.approx(0.7)           # semantic 1, lexical 0
+    assert scores[ids[2]] == pytest.approx(0.0, abs=1e-6)  # worst of both
+    assert 0.3 < scores[ids[0]] < 1.0                     # lexical 1 + part of the semantic
+
+
+async def test_rrf_puts_a_turn_both_signals_agree_on_first(make_settings, pool, user_id):
+    _, ids = await add_turns(pool, user_id, [
+        T("nothing in common", unit(7, near=Q, noise=0.3)),  # 2nd semantic, no lexical
+        T("hiking trip plans", Q),                          # 1st semantic and 1st lexical
+        T("a trip", unit(8)),                               # 2nd lexical, last semantic
+    ])
+    async with running(_app(make_settings)) as client:
+        body = await _search(client, await auth(pool, user_id), "hiking trip", mode="rrf")
+    assert body["mode"] == "rrf"
+    order = [r["id"] for r in body["results"]]
+    assert order[0] == ids[1]
+    assert body["results"][0]["score"] == pytest.approx(1.0)  # first in both lists
+    assert set(order) == set(ids)
+
+
+async def test_without_a_query_vector_every_mode_runs_full_text(make_settings, pool, user_id):
+    await add_turns(pool, user_id, [T("hiking trip", Q), T("unrelated", unit(4))])
+    app = _app(make_settings, FailingEmbedder())
+    async with running(app) as client:
+        h = await auth(pool, user_id)
+        for mode in ("rrf", "hybrid", "semantic"):
+            body = await _search(client, h, "hiking", mode=mode)
+            assert body["mode"] == "fts"
+            assert [r["content_snippet"] for r in body["results"]] == ["hiking trip"]
+
+
+async def test_chat_episode_and_time_filters(make_settings, pool, user_id):
+    t0 = datetime(2024, 1, 1, tzinfo=UTC)
+    ep1, a = await add_turns(pool, user_id, [T("hiking trip one", Q, chat_id="c1", at=t0)])
+    ep2, b = await add_turns(pool, user_id, [
+        T("hiking trip two", Q, chat_id="c2", at=t0 + timedelta(days=10))])
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+
+        async def ids(**kw):
+            return {r["id"] for r in (await _search(client, h, "hiking trip", **kw))["results"]}
+
+        assert await ids() == {a[0], b[0]}
+        assert await ids(chat_id="c2") == {b[0]}
+        assert await ids(episode_id=str(ep1)) == {a[0]}
+        assert await ids(since=(t0 + timedelta(days=1)).isoformat()) == {b[0]}
+        assert await ids(until=(t0 + timedelta(days=1)).isoformat()) == {a[0]}
+
+
+async def test_a_user_never_sees_another_users_turns(make_settings, pool, user_id):
+    other = f"user-{uuid.uuid4().hex[:12]}"
+    await add_turns(pool, other, [T("hiking trip secret of the other user", Q)])
+    _, mine = await add_turns(pool, user_id, [T("my hiking trip", unit(9, near=Q, noise=0.5))])
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+        for mode in message_search.MODES:
+            body = await _search(client, h, "hiking trip", mode=mode)
+            assert [r["id"] for r in body["results"]] == mine, mode
+        r = await client.post("/v1/messages/search", json={"query": "hiking trip"},
+                              headers={**h, "X-Engram-User": other})
+        assert r.status_code == 403
+        r = await client.post("/v1/messages/search", json={"query": "hiking trip"})
+        assert r.status_code == 401
+
+
+async def test_a_big_user_walks_the_index_and_still_gets_k_results(
+        make_settings, pool, user_id, monkeypatch):
+    # Force the HNSW path (as for a user past EXACT_SCAN_MAX_ROWS) with another
+    # user's 3,000 turns closer to the query than any of ours: the filtered-HNSW trap.
+    monkeypatch.setattr(message_search, "EXACT_SCAN_MAX_ROWS", 5)
+    crowd = f"user-{uuid.uuid4().hex[:12]}"
+    await add_turns(pool, crowd, [T(f"crowd {i}", unit(1000 + i, near=Q, noise=0.2))
+                                  for i in range(3000)])
+    _, mine = await add_turns(pool, user_id, [T(f"mine {i}", unit(5000 + i, near=Q, noise=0.9))
+                                              for i in range(40)])
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+        body = await _search(client, h, "anything", mode="semantic", limit=30)
+        assert len(body["results"]) == 30
+        assert {r["id"] for r in body["results"]} <= set(mine)
+        exact = await pool.fetch(
+            "SELECT id FROM messages WHERE user_id = $1 ORDER BY embedding <=> $2 LIMIT 10",
+            user_id, __import__("numpy").asarray(Q, dtype="float32"))
+    got = [r["id"] for r in body["results"][:10]]
+    assert len(set(got) & {r["id"] for r in exact}) >= 8  # approximate, but close
+
+
+async def test_bad_requests_are_refused(make_settings, pool, user_id):
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+        for body in ({"query": ""}, {"query": "x", "limit": 51}, {"query": "x", "mode": "magic"},
+                     {"query": "x", "episode_id": "not-a-uuid"}):
+            r = await client.post("/v1/messages/search", headers=h, json=body)
+            assert r.status_code == 422, body
+
+
+async def test_bm25_prefers_the_rarer_word_and_the_speaker_named(make_settings, pool, user_id):
+    _, ids = await add_turns(pool, user_id, [
+        T("the weather was nice today", speaker="Ann"),
+        T("the weather turned, pottery class was cancelled", speaker="Bob", role="assistant"),
+        T("weather again", speaker="Bob", role="assistant"),
+        T("more weather talk", speaker="Ann"),
+        T("I signed up for a pottery class", speaker="Ann"),
+    ])
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+        rare = await _search(client, h, "weather pottery", mode="bm25")
+        named = await _search(client, h, "what did Ann say about pottery", mode="bm25")
+    assert rare["mode"] == "bm25"
+    # "pottery" is in 2 of 5 turns, "weather" in 4: the turn with both comes first,
+    # then the other pottery turn, then the weather-only ones
+    assert [r["id"] for r in rare["results"][:2]] == [ids[1], ids[4]]
+    # the speaker's name counts as one of the turn's words
+    assert named["results"][0]["id"] == ids[4]
+
+
+async def test_bm25_statistics_are_the_users_own(make_settings, pool, user_id):
+    turns = [T("pottery class on monday"), T("hiking on sunday"), T("pottery again")]
+    await add_turns(pool, user_id, turns)
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+        before = await _search(client, h, "pottery hiking", mode="bm25")
+        # another user's turns full of "pottery" must not change this user's idf
+        await add_turns(pool, f"user-{uuid.uuid4().hex[:12]}",
+                        [T("pottery pottery") for _ in range(30)])
+        after = await _search(client, h, "pottery hiking", mode="bm25")
+    assert [(r["id"], r["score"]) for r in before["results"]] == [
+        (r["id"], r["score"]) for r in after["results"]]
+
+
+async def test_the_default_fuses_bm25_and_semantic_and_falls_back_to_bm25(
+        make_settings, pool, user_id):
+    _, ids = await add_turns(pool, user_id, [
+        T("hiking trip with friends", unit(11, near=Q, noise=0.4)),
+        T("nothing in common", Q),
+        T("a trip", unit(12)),
+    ])
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+        body = await _search(client, h, "hiking trip")
+    assert body["mode"] == "fused"
+    assert body["results"][0]["id"] == ids[0]  # best lexical, second semantic
+    assert {r["id"] for r in body["results"]} == set(ids)
+    async with running(_app(make_settings, FailingEmbedder())) as client:
+        body = await _search(client, h, "hiking trip")
+    assert body["mode"] == "bm25"
+    assert [r["id"] for r in body["results"]][:2] == [ids[0], ids[2]]
