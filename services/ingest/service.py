@@ -343,16 +343,16 @@ async def _span_for(
 async def _request_embeddings(
     publisher: Publisher, rows: Sequence[tuple[int, str]]
 ) -> None:
-    """One request per user in the batch: the embedder reads rows by their owner, so a
-    request without a user (a batch mixing users) would embed nothing."""
+    """One request for the whole batch: a batch of many users' turns costs one event,
+    not one per user. It names the user when there is one; otherwise the embedder
+    takes each row's owner from the row."""
     if not rows:
         return
-    by_user: dict[str, list[EmbedTarget]] = {}
-    for message_id, user_id in rows:
-        by_user.setdefault(user_id, []).append(EmbedTarget(kind="message", id=str(message_id)))
+    users = {user_id for _, user_id in rows}
+    targets = [EmbedTarget(kind="message", id=str(message_id)) for message_id, _ in rows]
     await publisher.publish(
         "embed",
-        [EmbedRequested(user_id=user_id, targets=targets) for user_id, targets in by_user.items()],
+        [EmbedRequested(user_id=users.pop() if len(users) == 1 else None, targets=targets)],
     )
 
 
