@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint typecheck migrate publish bench-ingest bench-embed bench-search bench-context bench-extract bench-locomo clean
+.PHONY: install run test test-fast lint typecheck migrate publish bench-ingest bench-embed bench-search bench-context bench-extract bench-locomo bench-browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -56,3 +56,6 @@ clean:
 
 bench-context: $(STAMP)
 	$(BIN)/python -m bench.context
+
+bench-browser: $(STAMP)
+	$(BIN)/python -m bench.browser

@@ -63,8 +63,18 @@ async def handle_requests(
         except ValueError:
             rejected[d.entry_id] = f"target {t.kind} id {t.id!r} is not a valid id"
             continue
-        for kind, row_id in parsed:
-            wanted[d.event.user_id][kind].add(row_id)
+        if d.event.user_id is not None:
+            for kind, row_id in parsed:
+                wanted[d.event.user_id][kind].add(row_id)
+        else:
+            # A request spanning users (ingest sends one per batch): each row's owner
+            # comes from the row itself, so a row is only ever embedded as its owner's.
+            by_kind: dict[EmbedKind, list[Any]] = defaultdict(list)
+            for kind, row_id in parsed:
+                by_kind[kind].append(row_id)
+            for kind, ids in by_kind.items():
+                for owner, row_id in await store.owners(pool, kind, ids):
+                    wanted[owner][kind].add(row_id)
     await embed_wanted(pool, publisher, wanted, settings=settings, registry=registry,
                        metrics=metrics)
     return rejected

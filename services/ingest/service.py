@@ -46,14 +46,15 @@ WHERE EXCLUDED.display_name IS NOT NULL
   AND users.display_name IS DISTINCT FROM EXCLUDED.display_name
 """
 
-OPEN_EPISODES = """
+# Each chat's current episode: the open one, else the latest closed one. A chat
+# with no row has no episode at all.
+LATEST_EPISODES = """
 SELECT DISTINCT ON (e.user_id, e.provider, e.chat_id)
-       e.id, e.user_id, e.provider, e.chat_id, e.last_active_at
+       e.id, e.user_id, e.provider, e.chat_id, e.status, e.started_at, e.last_active_at
 FROM episodes e
 JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(user_id, provider, chat_id)
   ON e.user_id = k.user_id AND e.provider = k.provider AND e.chat_id = k.chat_id
-WHERE e.status = 'open'
-ORDER BY e.user_id, e.provider, e.chat_id, e.last_active_at DESC
+ORDER BY e.user_id, e.provider, e.chat_id, (e.status = 'open') DESC, e.last_active_at DESC
 """
 
 LOCK_CHATS = """
@@ -62,11 +63,24 @@ SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS k ORDER BY k
 
 EPISODE_OWNERS = "SELECT id, user_id FROM episodes WHERE id = ANY($1::uuid[])"
 
+# $7: open, or closed (an old turn that fits no episode of its chat: history).
 INSERT_EPISODES = """
-INSERT INTO episodes (id, user_id, display_name, provider, chat_id, started_at, last_active_at)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
-                     $6::timestamptz[], $6::timestamptz[])
+INSERT INTO episodes (id, user_id, display_name, provider, chat_id, started_at, last_active_at,
+                      status, closed_at, extract_due)
+SELECT u.id, u.user_id, u.display_name, u.provider, u.chat_id, u.at, u.at, u.status,
+       CASE WHEN u.status = 'closed' THEN u.at END, u.status = 'closed'
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
+            $7::text[]) AS u(id, user_id, display_name, provider, chat_id, at, status)
 ON CONFLICT (id) DO NOTHING
+"""
+
+# The chat's episode whose time span (widened by the stale window) holds $4.
+COVERING_EPISODE = """
+SELECT id, status, started_at, last_active_at FROM episodes
+WHERE user_id = $1 AND provider = $2 AND chat_id = $3
+  AND started_at - $5::interval <= $4 AND last_active_at + $5::interval >= $4
+ORDER BY (status = 'open') DESC, last_active_at DESC
+LIMIT 1
 """
 
 CLOSE_STALE = """
@@ -114,16 +128,34 @@ def _chat_lock(key: tuple[str, str, str]) -> int:
 
 
 @dataclass
-class _OpenEpisode:
+class _Span:
+    """An episode of one chat as planning sees it: its time span and whether it is open."""
+
     id: uuid.UUID
+    started_at: datetime
     last_active_at: datetime
+    open: bool
+
+    def covers(self, t: datetime, window: timedelta) -> bool:
+        return self.started_at - window <= t <= self.last_active_at + window
+
+    def add(self, t: datetime) -> None:
+        self.started_at = min(self.started_at, t)
+        self.last_active_at = max(self.last_active_at, t)
+
+
+@dataclass
+class _NewEpisode:
+    user_id: str
+    display_name: str | None
+    provider: str
+    chat_id: str
+    span: _Span
 
 
 @dataclass
 class _Plan:
-    new_episodes: dict[uuid.UUID, tuple[str, str | None, str, str, datetime]] = field(
-        default_factory=dict
-    )
+    new_episodes: dict[uuid.UUID, _NewEpisode] = field(default_factory=dict)
     stale: set[uuid.UUID] = field(default_factory=set)
     episode_of: dict[str, uuid.UUID] = field(default_factory=dict)
 
@@ -162,8 +194,10 @@ async def store_turns(
             ids = sorted(plan.new_episodes)
             rows = [plan.new_episodes[i] for i in ids]
             await conn.execute(
-                INSERT_EPISODES, ids, [r[0] for r in rows], [r[1] for r in rows],
-                [r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows],
+                INSERT_EPISODES, ids, [r.user_id for r in rows], [r.display_name for r in rows],
+                [r.provider for r in rows], [r.chat_id for r in rows],
+                [r.span.started_at for r in rows],
+                ["open" if r.span.open else "closed" for r in rows],
             )
         if plan.stale:
             for row in await conn.fetch(CLOSE_STALE, list(plan.stale)):
@@ -219,7 +253,13 @@ async def _plan_episodes(
     stale_window: timedelta,
     rejected: Rejections,
 ) -> _Plan:
-    """Decide each turn's episode: the given one, the chat's open one, or a new one."""
+    """Decide each turn's episode (the batch is in time order).
+
+    The episode the turn names; else the chat's episode whose span, widened by
+    the stale window, holds the turn's time (the open one first); else, for a
+    turn later than all of them, a new open episode (the stale one closes);
+    else (an old turn arriving late) a new closed episode of its own.
+    """
     plan = _Plan()
     explicit = {d.event.episode_id for d in batch if d.event.episode_id is not None}
     owners: dict[uuid.UUID, str] = {}
@@ -228,26 +268,26 @@ async def _plan_episodes(
 
     keys = sorted({(d.event.user_id, d.event.provider, d.event.chat_id)
                    for d in batch if d.event.episode_id is None})
-    current: dict[tuple[str, str, str], _OpenEpisode] = {}
+    spans: dict[tuple[str, str, str], list[_Span]] = {k: [] for k in keys}
     if keys:
         # Consumers in the same group may hold turns of the same chat: serialise per chat
         # so two of them never open two episodes for it.
         await conn.execute(LOCK_CHATS, sorted({_chat_lock(k) for k in keys}))
-        rows = await conn.fetch(
-            OPEN_EPISODES, [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]
-        )
-        current = {
-            (r["user_id"], r["provider"], r["chat_id"]): _OpenEpisode(r["id"], r["last_active_at"])
-            for r in rows
-        }
+        for r in await conn.fetch(
+            LATEST_EPISODES, [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]
+        ):
+            key = (r["user_id"], r["provider"], r["chat_id"])
+            spans[key].append(_Span(r["id"], r["started_at"], r["last_active_at"],
+                                    open=r["status"] == "open"))
 
     for d in batch:
         ev = d.event
         if ev.episode_id is not None:
             owner = owners.get(ev.episode_id)
             if owner is None and ev.episode_id not in plan.new_episodes:
-                plan.new_episodes[ev.episode_id] = (
-                    ev.user_id, ev.display_name, ev.provider, ev.chat_id, ev.occurred_at
+                plan.new_episodes[ev.episode_id] = _NewEpisode(
+                    ev.user_id, ev.display_name, ev.provider, ev.chat_id,
+                    _Span(ev.episode_id, ev.occurred_at, ev.occurred_at, open=True),
                 )
                 owners[ev.episode_id] = ev.user_id
             elif owner is not None and owner != ev.user_id:
@@ -258,19 +298,46 @@ async def _plan_episodes(
             plan.episode_of[d.entry_id] = ev.episode_id
             continue
         key = (ev.user_id, ev.provider, ev.chat_id)
-        open_ep = current.get(key)
-        if open_ep is not None and abs(ev.occurred_at - open_ep.last_active_at) <= stale_window:
-            open_ep.last_active_at = max(open_ep.last_active_at, ev.occurred_at)
-        else:
-            if open_ep is not None and open_ep.id not in plan.new_episodes:
-                plan.stale.add(open_ep.id)
-            open_ep = _OpenEpisode(uuid.uuid4(), ev.occurred_at)
-            current[key] = open_ep
-            plan.new_episodes[open_ep.id] = (
-                ev.user_id, ev.display_name, ev.provider, ev.chat_id, ev.occurred_at
+        span = await _span_for(conn, key, spans[key], ev.occurred_at, stale_window)
+        if span is None:
+            latest = max((s.last_active_at for s in spans[key]), default=None)
+            later = latest is None or ev.occurred_at > latest
+            if later:
+                for s in spans[key]:
+                    if s.open:
+                        s.open = False
+                        if s.id not in plan.new_episodes:
+                            plan.stale.add(s.id)
+            span = _Span(uuid.uuid4(), ev.occurred_at, ev.occurred_at, open=later)
+            spans[key].append(span)
+            plan.new_episodes[span.id] = _NewEpisode(
+                ev.user_id, ev.display_name, ev.provider, ev.chat_id, span
             )
-        plan.episode_of[d.entry_id] = open_ep.id
+        span.add(ev.occurred_at)
+        plan.episode_of[d.entry_id] = span.id
     return plan
+
+
+async def _span_for(
+    conn: asyncpg.Connection,
+    key: tuple[str, str, str],
+    known: list[_Span],
+    t: datetime,
+    window: timedelta,
+) -> _Span | None:
+    """The known episode that holds ``t`` (open first), else one from the database."""
+    for s in sorted(known, key=lambda s: not s.open):
+        if s.covers(t, window):
+            return s
+    if all(t > s.last_active_at + window for s in known):
+        # Later than the chat's latest episode, or the chat has none: a new session.
+        return None
+    row = await conn.fetchrow(COVERING_EPISODE, *key, t, window)
+    if row is None or any(s.id == row["id"] for s in known):
+        return None
+    span = _Span(row["id"], row["started_at"], row["last_active_at"], open=row["status"] == "open")
+    known.append(span)
+    return span
 
 
 async def _request_embeddings(

@@ -44,6 +44,10 @@ TABLES: dict[EmbedKind, Table] = {
 def _statements(t: Table) -> dict[str, str]:
     # Table and column names come from the fixed TABLES above, never from input.
     return {
+        "owners": f"""
+            SELECT user_id, id FROM {t.name}
+            WHERE id = ANY($1::{t.id_type}[]) AND embedding_state = 'pending'
+        """,
         "fetch": f"""
             SELECT id, embedding_provider, embedding_model, {t.text_sql}
             FROM {t.name}
@@ -126,6 +130,15 @@ def message_text(
         body.append(f"result: {_brief(tool_result)}")
     head = f"tool {tool_name}" if tool_name else "tool"
     return f"{head}: {' | '.join(body)}" if body else head
+
+
+async def owners(
+    conn: Executor, kind: EmbedKind, ids: Sequence[int | uuid.UUID]
+) -> list[tuple[str, int | uuid.UUID]]:
+    """(owner, id) of the pending rows among ``ids``: for requests that span users."""
+    if not ids:
+        return []
+    return [(r["user_id"], r["id"]) for r in await conn.fetch(SQL[kind]["owners"], list(ids))]
 
 
 async def fetch_pending(

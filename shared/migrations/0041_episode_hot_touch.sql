@@ -15,9 +15,9 @@ WHERE status = 'closed'
 DROP INDEX episodes_reextract_idx;
 CREATE INDEX episodes_extract_due_idx ON episodes (id) WHERE extract_due;
 
+-- ingest looks up each chat's current episode (open, else the latest closed)
 DROP INDEX episodes_open_chat_idx;
-CREATE INDEX episodes_open_chat_idx ON episodes (user_id, provider, chat_id)
-    WHERE status = 'open';
+CREATE INDEX episodes_chat_idx ON episodes (user_id, provider, chat_id, started_at);
 
 DROP INDEX episodes_user_time_idx;
 CREATE INDEX episodes_user_started_idx ON episodes (user_id, started_at DESC);

@@ -41,6 +41,8 @@ class ScriptedServer:
     steps: deque[Step] = field(default_factory=deque)
     requests: list[tuple[str, dict[str, Any], dict[str, str]]] = field(default_factory=list)
     default: Step = field(default_factory=lambda: Step("ok"))
+    # any request holding this text is refused with 400, whatever the order of requests
+    refuse: str | None = None
     url: str = ""
     _server: ThreadingHTTPServer | None = None
 
@@ -59,6 +61,9 @@ class ScriptedServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 script.requests.append((self.path, body, dict(self.headers)))
                 step = script.steps.popleft() if script.steps else script.default
+                inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                if script.refuse is not None and script.refuse in inputs:
+                    step = Step("status", status=400, message="bad input")
                 if step.kind == "sleep":
                     time.sleep(step.seconds)
                     step = Step("ok")

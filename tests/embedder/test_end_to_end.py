@@ -58,6 +58,39 @@ async def test_turns_flow_through_ingest_and_the_embedder_to_ready_rows(
     assert "tool weather: args: {\"city\": \"Oslo\"} | result: {\"temp_c\": -3}" in sent
 
 
+async def test_one_batch_mixing_users_embeds_each_row_with_its_owners_provider(
+    pool: asyncpg.Pool, redis: aioredis.Redis, make_settings: Callable[..., Any],
+    server: ScriptedServer, user_id: str,
+) -> None:
+    """Ingest asks for a mixed batch's embeddings in one request with no user; the
+    embedder takes each row's owner from the row and uses that owner's provider."""
+    es: EmbedderSettings = make_settings(
+        EmbedderSettings, embedding_provider="none", secret_key=SecretStr("k"),
+    )
+    ingest_settings: IngestSettings = make_settings(
+        IngestSettings, stream_prefix=es.stream_prefix
+    )
+    other = f"{user_id}-b"
+    for uid, model in ((user_id, "model-a"), (other, "model-b")):
+        await pool.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", uid)
+        await put_provider_settings(pool, uid, ProviderSettingsIn(
+            provider="ollama", endpoint_url=server.base_url("ollama"), model=model,
+        ), es)
+    turns = [
+        TurnReceived(user_id=uid, provider="test", chat_id="c1", role="user",
+                     content=f"{uid} says {i}")
+        for i in range(5) for uid in (user_id, other)
+    ]
+    async with running(ingest_app(ingest_settings)), running(embedder_app(es)):
+        await Publisher(redis, es).publish("turns", turns)
+        for uid in (user_id, other):
+            await wait_for(lambda uid=uid: _all_ready(pool, uid, 5), message=f"{uid} ready")
+    models = {r["user_id"]: r["models"] for r in await pool.fetch(
+        """SELECT user_id, array_agg(DISTINCT embedding_model) AS models FROM messages
+           WHERE user_id = ANY($1::text[]) GROUP BY user_id""", [user_id, other])}
+    assert models == {user_id: ["model-a"], other: ["model-b"]}
+
+
 async def _all_ready(pool: asyncpg.Pool, user_id: str, n: int) -> bool:
     return await ready_count(pool, user_id) == n
 

@@ -102,6 +102,9 @@ async def test_extracting_again_without_new_turns_changes_nothing(
         await publisher.publish("episodes", [EpisodeClosed(user_id=user_id, provider="test",
                                                            chat_id="c1")])
         first = await wait_for(lambda: _extracted(pool, user_id))
+        # the narrative is rebuilt just after the extraction commits
+        await wait_for(lambda: pool.fetchval(
+            "SELECT 1 FROM user_summaries WHERE user_id = $1", user_id), message="narrative")
         before = await _snapshot(pool, user_id)
         # the same episode asked for twice more (a redelivery and a fresh request)
         await publisher.publish("extract", [

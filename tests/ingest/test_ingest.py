@@ -191,3 +191,28 @@ async def test_a_turn_keeps_the_time_it_happened(make_settings, pool, redis, use
         await wait_for(lambda: message_count(pool, user_id), message="turn")
     when = await pool.fetchval("SELECT occurred_at FROM messages WHERE user_id = $1", user_id)
     assert when.isoformat() == "2019-05-08T13:56:00+00:00"
+
+
+async def test_an_old_turn_arriving_late_never_closes_the_current_episode(
+    make_settings, pool, redis, user_id
+):
+    """Batches can be handled out of order (two readers, several ingest processes):
+    turns from an earlier session that arrive after a later session's turns get
+    their own closed episode, and the later session stays open."""
+    settings = make_settings(IngestSettings, stale_window_minutes=30)
+    pub = Publisher(redis, settings)
+    later = T0 + timedelta(hours=3)
+    async with running(create_app(settings)):
+        await pub.publish("turns", [turn(user_id, 5, occurred_at=later)])
+        await wait_for(lambda: _count_is(pool, user_id, 1), message="the later turn")
+        await pub.publish("turns", [turn(user_id, 0), turn(user_id, 1)])
+        await wait_for(lambda: _count_is(pool, user_id, 3), message="the earlier turns")
+        # a turn close to the earlier session joins it, even though it is closed
+        await pub.publish("turns", [turn(user_id, 2, occurred_at=T0 + timedelta(minutes=10))])
+        await wait_for(lambda: _count_is(pool, user_id, 4), message="one more early turn")
+    rows = await pool.fetch(
+        """SELECT status, turn_count, started_at, extract_due FROM episodes
+           WHERE user_id = $1 ORDER BY started_at""", user_id)
+    assert [(r["status"], r["turn_count"]) for r in rows] == [("closed", 3), ("open", 1)]
+    assert rows[0]["started_at"] == T0 and rows[0]["extract_due"] is True
+    assert rows[1]["started_at"] == later

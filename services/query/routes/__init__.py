@@ -20,6 +20,7 @@ ROUTER_MODULES = [
     "services.query.routes.episodes",
     "services.query.routes.people",
     "services.query.routes.context",
+    "services.query.ui",
 ]
 
 
