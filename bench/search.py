@@ -13,7 +13,9 @@ dir unless ENGRAM_DATABASE_URL / ENGRAM_REDIS_URL are set.
 Measured, each at concurrency 1 and 16:
 - ``server``: the hybrid search use case in this process (query vector given,
   no query embedding) — what the service spends per search;
-- ``floor``: a bare pgvector top-10 for the same user (HNSW, iterative scan);
+- ``floor``: a bare pgvector top-10 for the same user, by the product's path
+  for that user: HNSW with iterative scan for a large user, the exact scan for
+  one with at most 5,000 embedded rows;
 - ``http``: POST /v1/memory/search against a real uvicorn server that embeds
   the query with the local all-MiniLM-L6-v2 model;
 - ``add``: the add use case in process, and POST /v1/memory/add over HTTP.
@@ -44,7 +46,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from services.query import memory_service as ms  # noqa: E402
-from services.query.search import ITERATIVE_SCAN, SearchParams, search  # noqa: E402
+from services.query.search import (  # noqa: E402
+    ITERATIVE_SCAN,
+    SearchParams,
+    search,
+    uses_index,
+)
 from shared.apikeys import create_key  # noqa: E402
 from shared.cli.migrate import apply  # noqa: E402
 from shared.db import create_pool  # noqa: E402
@@ -58,6 +65,12 @@ VOCAB = [f"w{i}" for i in range(50_000)]
 FLOOR_SQL = """
 SELECT id FROM memory_items WHERE user_id = $1 AND embedding_state = 'ready'
 ORDER BY embedding::halfvec(384) <=> $2::vector::halfvec(384) LIMIT 10
+"""
+# What the product does for a user with few embedded rows: every row compared.
+FLOOR_EXACT_SQL = """
+SELECT id FROM memory_items
+WHERE user_id = $1 AND embedding_state = 'ready' AND embedding IS NOT NULL
+ORDER BY (embedding <=> $2::vector) + 0 LIMIT 10
 """
 
 
@@ -266,9 +279,13 @@ async def _bench(args: argparse.Namespace, settings: CommonSettings) -> dict[str
 
     async def floor(user: str, i: int) -> None:
         vec = np.asarray(queries[i % len(queries)][1], dtype=np.float32)
-        async with pool.acquire() as conn, conn.transaction():
-            await conn.execute(ITERATIVE_SCAN)
-            await conn.fetch(FLOOR_SQL, user, vec)
+        async with pool.acquire() as conn:
+            if not await uses_index(conn, user):
+                await conn.fetch(FLOOR_EXACT_SQL, user, vec)
+                return
+            async with conn.transaction():
+                await conn.execute(ITERATIVE_SCAN)
+                await conn.fetch(FLOOR_SQL, user, vec)
 
     small_user = "bench-u0001"
     for name, fn in (("hybrid_server", hybrid), ("pgvector_floor", floor)):

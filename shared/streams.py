@@ -75,21 +75,30 @@ class Publisher:
 
     async def publish(self, stream: str, events: Sequence[Event]) -> list[str]:
         """XADD each event to ``stream`` (a logical name such as ``turns``); return entry ids."""
-        if not events:
-            return []
-        key = self._settings.stream(stream)
+        return await self.publish_many([(stream, events)])
+
+    async def publish_many(
+        self, batches: Sequence[tuple[str, Sequence[Event]]]
+    ) -> list[str]:
+        """XADD events to several streams in one pipeline round trip; return entry ids."""
         pipe = self._redis.pipeline(transaction=False)
-        for event in events:
-            pipe.xadd(
-                key,
-                {EVENT_FIELD: encode(event)},
-                maxlen=self._settings.stream_maxlen,
-                approximate=True,
-            )
+        keys = []
+        for stream, events in batches:
+            key = self._settings.stream(stream)
+            keys.append(key)
+            for event in events:
+                pipe.xadd(
+                    key,
+                    {EVENT_FIELD: encode(event)},
+                    maxlen=self._settings.stream_maxlen,
+                    approximate=True,
+                )
+        if not len(pipe):
+            return []
         try:
             ids = await pipe.execute()
         except (aioredis.RedisError, OSError) as exc:
-            raise InfrastructureError(f"cannot publish to {key}: {exc}") from exc
+            raise InfrastructureError(f"cannot publish to {', '.join(keys)}: {exc}") from exc
         return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
 
     async def publish_raw(self, stream: str, payloads: Sequence[bytes]) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,7 @@ import asyncpg
 
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
-from shared.events import EmbedRequested, EmbedTarget, MemoryChanged
+from shared.events import EmbedRequested, EmbedTarget, Event, MemoryChanged
 from shared.streams import Publisher
 
 MEMORY_TYPES = (
@@ -36,13 +37,32 @@ INSERT INTO themes (user_id, slug, display_name) VALUES ($1, $2, $3)
 ON CONFLICT (user_id, slug) DO NOTHING
 """
 
-INSERT_ITEM = """
-INSERT INTO memory_items (
-    user_id, namespace, theme, type, content, data, tags, importance,
-    source, source_context, confidence, expires_at
+# add in one round trip: user and theme ensured, item inserted, audit line
+# written, all in one statement (so one implicit transaction). The foreign keys
+# to users are checked at the end of the statement, after the user's insert.
+ADD_ITEM = """
+WITH u AS (
+    INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING
+),
+t AS (
+    INSERT INTO themes (user_id, slug, display_name) VALUES ($1, $3, $13)
+    ON CONFLICT (user_id, slug) DO NOTHING
+),
+i AS (
+    INSERT INTO memory_items (
+        user_id, namespace, theme, type, content, data, tags, importance,
+        source, source_context, confidence, expires_at
+    )
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+    RETURNING id, created_at, embedding_state
+),
+a AS (
+    INSERT INTO audit_log (user_id, actor, action, entity, entity_id, details)
+    SELECT $1, $14, 'create', 'memory', i.id::text,
+           jsonb_build_object('type', $4::text, 'theme', $3::text)
+    FROM i
 )
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-RETURNING id, created_at, embedding_state
+SELECT id, created_at, embedding_state FROM i
 """
 
 GET_ITEM = """
@@ -147,21 +167,28 @@ async def add_memories(
     prepared = [(m, theme_slug(m.theme), check_type(m.type), check_content(m.content))
                 for m in items]
     added: list[Added] = []
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(ENSURE_USER, user_id)
-        for item, slug, type_, content in prepared:
-            await conn.execute(ENSURE_THEME, user_id, slug, slug.replace("-", " ").title())
-            row = await conn.fetchrow(
-                INSERT_ITEM, user_id, item.namespace, slug, type_, content, item.data or {},
-                list(item.tags), item.importance, item.source, item.source_context,
-                item.confidence, item.expires_at,
-            )
-            assert row is not None
-            await audit(conn, user_id=user_id, actor=actor, action="create", entity="memory",
-                        entity_id=str(row["id"]), details={"type": type_, "theme": slug})
-            added.append(Added(row["id"], slug, row["created_at"], row["embedding_state"]))
+    async with pool.acquire() as conn:
+        if len(prepared) == 1:  # the common case: one statement, no BEGIN/COMMIT
+            added.append(await _add_one(conn, user_id, actor, *prepared[0]))
+        else:
+            async with conn.transaction():
+                for entry in prepared:
+                    added.append(await _add_one(conn, user_id, actor, *entry))
     await announce(publisher, user_id=user_id, ids=[a.id for a in added], change="added")
     return added
+
+
+async def _add_one(
+    conn: asyncpg.Connection, user_id: str, actor: str, item: NewMemory, slug: str,
+    type_: str, content: str,
+) -> Added:
+    row = await conn.fetchrow(
+        ADD_ITEM, user_id, item.namespace, slug, type_, content, item.data or {},
+        list(item.tags), item.importance, item.source, item.source_context,
+        item.confidence, item.expires_at, slug.replace("-", " ").title(), actor,
+    )
+    assert row is not None
+    return Added(row["id"], slug, row["created_at"], row["embedding_state"])
 
 
 async def add_memory(
@@ -178,14 +205,16 @@ async def announce(
     """After the commit: ask the embedder for vectors and tell listeners what changed."""
     if not ids:
         return
+    batches: list[tuple[str, Sequence[Event]]] = []
     if embed:
-        await publisher.publish("embed", [EmbedRequested(
+        batches.append(("embed", [EmbedRequested(
             user_id=user_id, targets=[EmbedTarget(kind="memory", id=str(i)) for i in ids],
-        )])
-    await publisher.publish("memories", [
+        )]))
+    batches.append(("memories", [
         MemoryChanged(memory_id=i, user_id=user_id, change=change)  # type: ignore[arg-type]
         for i in ids
-    ])
+    ]))
+    await publisher.publish_many(batches)  # both streams, one round trip
 
 
 def parse_id(item_id: str | uuid.UUID) -> uuid.UUID:

@@ -22,7 +22,9 @@ What callers may rely on:
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -67,9 +69,12 @@ ORDER BY m.created_at DESC, m.id
 LIMIT $8
 """
 
+# Each signal's CTE carries the output columns, so the final step joins nothing.
+_CARRY = "m.user_id, m.namespace, m.theme, m.type, m.content, m.importance, m.created_at"
+
 _LEXICAL = """
 lexical AS (
-    SELECT m.id, ts_rank(m.fts, q.tsq)::float8 AS rank
+    SELECT m.id, {carry}, ts_rank(m.fts, q.tsq)::float8 AS rank
     FROM memory_items m, q
     WHERE {scope} AND m.fts @@ q.tsq {filters}
     ORDER BY rank DESC, m.created_at DESC, m.id
@@ -77,13 +82,15 @@ lexical AS (
 )"""
 
 _NO_SEMANTIC = """
-semantic AS (SELECT NULL::uuid AS id, NULL::float8 AS sim WHERE false)"""
+semantic AS (
+    SELECT m.id, {carry}, NULL::float8 AS sim FROM memory_items m WHERE false
+)"""
 
 # Exact: "+ 0" keeps the planner off the HNSW index, so every row of the
 # user's is compared (used when the user has few rows).
 _SEMANTIC_EXACT = """
 semantic AS (
-    SELECT m.id, 1.0 / (1.0 + (m.embedding <=> $10::vector)) AS sim
+    SELECT m.id, {carry}, 1.0 / (1.0 + (m.embedding <=> $10::vector)) AS sim
     FROM memory_items m
     WHERE {scope} AND m.embedding_state = 'ready' AND m.embedding IS NOT NULL {filters}
     ORDER BY (m.embedding <=> $10::vector) + 0, m.id
@@ -96,7 +103,7 @@ semantic AS (
 # still uses the full-precision distance.
 _SEMANTIC_INDEX = """
 semantic AS MATERIALIZED (
-    SELECT m.id, 1.0 / (1.0 + (m.embedding <=> $10::vector)) AS sim
+    SELECT m.id, {carry}, 1.0 / (1.0 + (m.embedding <=> $10::vector)) AS sim
     FROM memory_items m
     WHERE {scope} AND m.embedding_state = 'ready' {filters}
     ORDER BY m.embedding::halfvec({dim}) <=> $10::vector::halfvec({dim})
@@ -104,7 +111,7 @@ semantic AS MATERIALIZED (
 )"""
 
 HYBRID = """
-WITH q AS (
+WITH q AS MATERIALIZED (
     -- any of the query's words (stemmed, stop words dropped); more matches rank higher
     SELECT array_to_string(ARRAY(
                SELECT quote_literal(w)
@@ -114,11 +121,12 @@ WITH q AS (
 {lexical},
 {semantic},
 candidates AS (
-    SELECT id, max(rank) AS rank, max(sim) AS sim
-    FROM (SELECT id, rank, NULL::float8 AS sim FROM lexical
-          UNION ALL
-          SELECT id, NULL::float8, sim FROM semantic) AS c
-    GROUP BY id
+    SELECT coalesce(l.id, s.id) AS id, coalesce(l.user_id, s.user_id) AS user_id,
+           coalesce(l.namespace, s.namespace) AS namespace, coalesce(l.theme, s.theme) AS theme,
+           coalesce(l.type, s.type) AS type, coalesce(l.content, s.content) AS content,
+           coalesce(l.importance, s.importance) AS importance,
+           coalesce(l.created_at, s.created_at) AS created_at, l.rank, s.sim
+    FROM lexical l FULL JOIN semantic s ON s.id = l.id
 ),
 bounds AS (
     SELECT min(rank) AS lo_r, max(rank) AS hi_r, count(rank) AS n_lex,
@@ -126,7 +134,7 @@ bounds AS (
     FROM candidates
 ),
 scored AS (
-    SELECT c.id, c.rank IS NOT NULL AS fts, c.sim IS NOT NULL AS semantic, b.n_lex, b.n_sem,
+    SELECT c.*, c.rank IS NOT NULL AS fts, c.sim IS NOT NULL AS semantic, b.n_lex, b.n_sem,
            CASE WHEN c.rank IS NULL THEN 0.0
                 WHEN b.hi_r = b.lo_r THEN 1.0
                 ELSE (c.rank - b.lo_r) / (b.hi_r - b.lo_r) END AS lex_norm,
@@ -137,11 +145,11 @@ scored AS (
            CASE WHEN b.n_lex > 0 THEN {w_lex} ELSE 0.0 END AS w_lex
     FROM candidates c CROSS JOIN bounds b
 )
-SELECT {columns},
+SELECT s.id, s.user_id, s.namespace, s.theme, s.type, s.content, s.importance, s.created_at,
        ((s.w_sem * s.sem_norm + s.w_lex * s.lex_norm) / (s.w_sem + s.w_lex))::float8 AS score,
        s.fts, s.semantic, s.n_lex, s.n_sem
-FROM scored s JOIN memory_items m ON m.id = s.id
-ORDER BY score DESC, m.created_at DESC, m.id
+FROM scored s
+ORDER BY score DESC, s.created_at DESC, s.id
 LIMIT $8
 """
 
@@ -165,12 +173,14 @@ SET LOCAL hnsw.max_scan_tuples = 50000
 
 
 def _statement(template: str, *, scope: str, semantic: str = "", dim: int = 0) -> str:
-    sem = semantic.format(scope=scope, filters=_FILTERS, k=CANDIDATES_PER_SIGNAL, dim=dim)
+    sem = semantic.format(scope=scope, filters=_FILTERS, k=CANDIDATES_PER_SIGNAL, dim=dim,
+                          carry=_CARRY)
     return template.format(
         columns=_COLUMNS,
         scope=scope,
         filters=_FILTERS,
-        lexical=_LEXICAL.format(scope=scope, filters=_FILTERS, k=CANDIDATES_PER_SIGNAL),
+        lexical=_LEXICAL.format(scope=scope, filters=_FILTERS, k=CANDIDATES_PER_SIGNAL,
+                                carry=_CARRY),
         semantic=sem,
         w_sem=SEMANTIC_WEIGHT,
         w_lex=LEXICAL_WEIGHT,
@@ -300,13 +310,48 @@ async def search(
 async def _semantic_search(
     conn: asyncpg.Connection, scope: str, user_id: str | None, args: list[Any]
 ) -> list[asyncpg.Record]:
-    if scope == "user":
-        ready = await conn.fetchval(COUNT_READY, user_id, EXACT_SCAN_MAX_ROWS + 1)
-        if ready <= EXACT_SCAN_MAX_ROWS:
-            return list(await conn.fetch(STATEMENTS[(scope, "exact")], *args))
-    async with conn.transaction():
-        await conn.execute(ITERATIVE_SCAN)
-        return list(await conn.fetch(index_statement(scope, len(args[9])), *args))
+    if scope == "user" and not await uses_index(conn, user_id):
+        return list(await conn.fetch(STATEMENTS[(scope, "exact")], *args))
+    statement = index_statement(scope, len(args[9]))
+    if conn.is_in_transaction():  # the caller's: a savepoint, as before
+        async with conn.transaction():
+            await conn.execute(ITERATIVE_SCAN)
+            return list(await conn.fetch(statement, *args))
+    # One round trip opens the transaction and sets the walk's parameters (SET
+    # LOCAL: they end with it); then the read-only statement and COMMIT.
+    await conn.execute("BEGIN;" + ITERATIVE_SCAN)
+    try:
+        rows = list(await conn.fetch(statement, *args))
+    except BaseException:
+        if not conn.is_closed() and conn.is_in_transaction():
+            with contextlib.suppress(Exception):
+                await conn.execute("ROLLBACK")
+        raise
+    await conn.execute("COMMIT")
+    return rows
+
+
+# user -> (has more than EXACT_SCAN_MAX_ROWS ready rows, until when that answer holds).
+# A user crosses the threshold rarely and either path returns correct results,
+# so the probe (an index-only count of up to 5,001 rows, ~1-2 ms for a large
+# user) runs at most once per user per LARGE_USER_TTL seconds in a process.
+LARGE_USER_TTL = 60.0
+_LARGE_USERS_MAX = 10_000
+_large_users: dict[str, tuple[bool, float]] = {}
+
+
+async def uses_index(conn: asyncpg.Connection, user_id: str | None) -> bool:
+    """Whether a user's semantic search walks the HNSW index (else: exact scan)."""
+    now = time.monotonic()
+    cached = _large_users.get(user_id or "")
+    if cached is not None and cached[1] > now:
+        return cached[0]
+    ready = await conn.fetchval(COUNT_READY, user_id, EXACT_SCAN_MAX_ROWS + 1)
+    large = ready > EXACT_SCAN_MAX_ROWS
+    if len(_large_users) >= _LARGE_USERS_MAX:
+        _large_users.clear()
+    _large_users[user_id or ""] = (large, now + LARGE_USER_TTL)
+    return large
 
 
 def _mode(rows: list[asyncpg.Record]) -> Mode:
