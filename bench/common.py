@@ -30,6 +30,14 @@ from shared.settings import CommonSettings
 RESULTS = Path(__file__).parent / "results"
 
 
+def bench_postgres(data_dir: Path) -> EmbeddedPostgres:
+    """A throwaway embedded PostgreSQL configured like ``make run``'s."""
+    return EmbeddedPostgres(
+        data_dir, delete_on_exit=True,
+        config={"shared_buffers": CommonSettings().embedded_pg_shared_buffers},
+    )
+
+
 @contextlib.contextmanager
 def bench_stack(prefix: str = "bench") -> Iterator[CommonSettings]:
     """Settings pointing at fresh servers (or the configured ones), migrated."""
@@ -40,7 +48,7 @@ def bench_stack(prefix: str = "bench") -> Iterator[CommonSettings]:
         db_url = base.database_url.get_secret_value() if base.database_url else None
         redis_url = base.redis_url.get_secret_value() if base.redis_url else None
         if db_url is None:
-            pg = EmbeddedPostgres(tmp / "pg", delete_on_exit=True)
+            pg = bench_postgres(tmp / "pg")
             db_url = pg.start()
         if redis_url is None:
             rd = EmbeddedRedis(tmp / "redis", port=free_port())
@@ -137,7 +145,7 @@ def stack(*, redis: bool = True) -> Iterator[tuple[str, str | None, Path]]:
     redis_url = os.environ.get("ENGRAM_REDIS_URL")
     try:
         if not db_url:
-            pg = EmbeddedPostgres(tmp / "pg", delete_on_exit=True)
+            pg = bench_postgres(tmp / "pg")
             db_url = pg.start()
         if redis and not redis_url:
             rd = EmbeddedRedis(tmp / "redis", port=free_port())

@@ -40,10 +40,11 @@ import httpx
 import numpy as np
 from pydantic import SecretStr
 
+from bench.common import bench_postgres
 from services.query.context.auto import assemble_auto
 from services.query.context.models import ContextIn
 from shared.db import connect, create_pool
-from shared.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
+from shared.embedded import EmbeddedRedis, free_port
 from shared.memory.people import resolve_person
 from shared.memory.recall import embed_query
 from shared.migrate import migrate
@@ -257,7 +258,7 @@ async def main_async(args: argparse.Namespace) -> int:
     try:
         if not url:
             print(f"starting embedded PostgreSQL in {tmp} ...", flush=True)
-            pg = EmbeddedPostgres(tmp / "pg", delete_on_exit=True)
+            pg = bench_postgres(tmp / "pg")
             url = await asyncio.to_thread(pg.start)
         if not redis_url:
             rd = EmbeddedRedis(tmp / "redis", port=free_port())

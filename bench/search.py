@@ -45,6 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import bench_postgres  # noqa: E402
 from services.query import memory_service as ms  # noqa: E402
 from services.query.search import (  # noqa: E402
     ITERATIVE_SCAN,
@@ -55,7 +56,7 @@ from services.query.search import (  # noqa: E402
 from shared.apikeys import create_key  # noqa: E402
 from shared.cli.migrate import apply  # noqa: E402
 from shared.db import create_pool  # noqa: E402
-from shared.embedded import EmbeddedPostgres, EmbeddedRedis, free_port  # noqa: E402
+from shared.embedded import EmbeddedRedis, free_port  # noqa: E402
 from shared.settings import CommonSettings  # noqa: E402
 from shared.streams import Publisher  # noqa: E402
 
@@ -241,7 +242,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="engram-bench-"))
     if settings.database_url is None:
         log(f"starting embedded PostgreSQL in {tmp} ...")
-        pg = EmbeddedPostgres(tmp / "pg", delete_on_exit=True)
+        pg = bench_postgres(tmp / "pg")
         servers.append(pg)
         settings = settings.model_copy(update={"database_url": _secret(pg.start())})
     if settings.redis_url is None:

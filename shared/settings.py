@@ -27,6 +27,11 @@ class CommonSettings(BaseSettings):
     stream_prefix: str = Field(default="engram:", description="prefix of every Redis stream")
     stream_maxlen: int = Field(default=1_000_000, description="approximate cap of each stream")
     embedding_dim: int = Field(default=384, description="dimension of the vector columns")
+    embedded_pg_shared_buffers: str = Field(
+        default="1GB",
+        description="shared_buffers of the embedded PostgreSQL (hot rows and vector index "
+        "in memory; the 128MB default makes a 100k-item user read from the OS cache)",
+    )
     log_level: str = "INFO"
     db_pool_min: int = 1
     db_pool_max: int = 10

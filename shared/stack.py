@@ -44,7 +44,9 @@ class Stack:
         s.data_dir.mkdir(parents=True, exist_ok=True)
         if s.database_url is None:
             print(f"starting embedded PostgreSQL in {s.data_dir / 'postgres'} ...", flush=True)
-            self.postgres = EmbeddedPostgres(s.data_dir / "postgres")
+            self.postgres = EmbeddedPostgres(
+                s.data_dir / "postgres", config={"shared_buffers": s.embedded_pg_shared_buffers}
+            )
             self.database_url = self.postgres.start()
         else:
             self.database_url = s.database_url.get_secret_value()
