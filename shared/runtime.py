@@ -77,11 +77,14 @@ class Runtime:
         handle: Handler[T],
         batch: int | None = None,
         readers: int = 1,
+        linger_ms: int = 0,
     ) -> StreamConsumer[T]:
         """Register a consumer group reader for ``stream`` (a logical name, e.g. ``turns``).
 
         ``readers`` > 1 keeps that many batches in flight in this process (each
-        reader is its own consumer in the group), so database round trips overlap."""
+        reader is its own consumer in the group), so database round trips overlap.
+        ``linger_ms`` > 0 lets a read that found fewer than ``batch`` entries wait up
+        to that long for more before the batch is handled."""
         consumer = StreamConsumer(
             service=self.service,
             stream=stream,
@@ -93,6 +96,7 @@ class Runtime:
             metrics=self.metrics,
             batch=batch,
             readers=readers,
+            linger_ms=linger_ms,
         )
         consumer.register(self.broker)
         self.consumers.append(consumer)

@@ -146,9 +146,11 @@ class StreamConsumer(Generic[T]):
         metrics: ServiceMetrics,
         batch: int | None = None,
         readers: int = 1,
+        linger_ms: int = 0,
     ) -> None:
         self.service = service
         self.readers = readers
+        self.linger_ms = linger_ms
         self.stream_name = stream
         self.stream = settings.stream(stream)
         self.dead_stream = settings.stream("dead")
@@ -175,12 +177,13 @@ class StreamConsumer(Generic[T]):
         """Attach the normal and the claiming reader to ``broker``.
 
         Call :meth:`ensure_group` before the broker starts."""
+        names = [self.consumer if i == 0 else f"{self.consumer}-{i}" for i in range(self.readers)]
         readers = [
             broker.subscriber(
                 stream=StreamSub(
                     self.stream,
                     group=self.group,
-                    consumer=self.consumer if i == 0 else f"{self.consumer}-{i}",
+                    consumer=names[i],
                     batch=True,
                     max_records=self.batch,
                     polling_interval=self.settings.consumer_block_ms,
@@ -204,13 +207,20 @@ class StreamConsumer(Generic[T]):
             title=f"{self.service}:{self.stream_name}:reclaim",
         )
 
-        async def on_batch(body: Any, msg: StreamMessage[Any] = _MESSAGE) -> None:
-            raw = msg.raw_message
-            ids = [i.decode() if isinstance(i, bytes) else str(i) for i in raw["message_ids"]]
-            await self.process(list(zip(ids, raw["data"], strict=True)), attempts=None)
+        def batch_handler(name: str) -> Callable[..., Awaitable[None]]:
+            async def on_batch(body: Any, msg: StreamMessage[Any] = _MESSAGE) -> None:
+                raw = msg.raw_message
+                ids = [i.decode() if isinstance(i, bytes) else str(i)
+                       for i in raw["message_ids"]]
+                entries = list(zip(ids, raw["data"], strict=True))
+                if self.linger_ms and len(entries) < self.batch:
+                    entries += await self._linger(name, self.batch - len(entries))
+                await self.process(entries, attempts=None)
 
-        for reader in readers:
-            reader(on_batch)
+            return on_batch
+
+        for reader, name in zip(readers, names, strict=True):
+            reader(batch_handler(name))
 
         @claimer
         async def on_claimed(body: Any, msg: RedisStreamMessage) -> None:
@@ -327,6 +337,26 @@ class StreamConsumer(Generic[T]):
         self.metrics.dead_lettered.labels(self.stream_name).inc()
         log.warning("%s %s dead-lettered after %d attempt(s): %s", self.stream, entry_id,
                     attempts, error[:300])
+
+    async def _linger(self, consumer: str, wanted: int) -> list[tuple[str, dict[bytes, bytes]]]:
+        """Read more entries for up to ``linger_ms`` so a small batch can fill up to
+        ``batch`` (the embedder gathers texts this way before one provider call).
+        They are pending under ``consumer`` like the rest, and acked with them."""
+        got: list[tuple[str, dict[bytes, bytes]]] = []
+        deadline = time.monotonic() + self.linger_ms / 1000
+        while len(got) < wanted:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms < 1:
+                break
+            reply = await self._redis().xreadgroup(
+                self.group, consumer, {self.stream: ">"}, count=wanted - len(got),
+                block=left_ms,
+            )
+            for _, items in reply or []:
+                for entry_id, fields in items:
+                    eid = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+                    got.append((eid, fields))
+        return got
 
     async def _ack(self, ids: list[str]) -> None:
         if ids:

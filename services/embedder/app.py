@@ -41,7 +41,7 @@ def create_app(
         await providers.aclose()
 
     rt.consume(stream="embed", group="embedder", adapter=embed_adapter, handle=on_embed,
-               batch=settings.embed_read_batch)
+               batch=settings.embed_read_batch, linger_ms=settings.embed_linger_ms)
     rt.every(settings.embed_sweep_s, retry_due)
     rt.every(settings.embed_gauge_s, gauges)
     rt.on_stop.append(close_providers)

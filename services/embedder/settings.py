@@ -12,6 +12,9 @@ class EmbedderSettings(EmbeddingSettings):
     embed_read_batch: int = Field(
         default=200, description="stream entries read at once; their texts are merged"
     )
+    embed_linger_ms: int = Field(
+        default=20, description="a read with fewer entries waits this long for more (T)"
+    )
     embed_parallel: int = Field(
         default=2, description="provider calls in flight per read (overlaps model and writes)"
     )

@@ -1,0 +1,40 @@
+"""The consumer plumbing on real Redis: lingering reads gather a batch."""
+
+from __future__ import annotations
+
+import asyncio
+
+from shared.events import TurnReceived, turn_adapter
+from shared.runtime import Runtime
+from shared.streams import Publisher
+
+
+def _turn(i: int) -> TurnReceived:
+    return TurnReceived(user_id="u", provider="p", chat_id="c", role="user", content=f"t{i}")
+
+
+async def test_a_lingering_read_gathers_entries_that_arrive_within_the_window(
+    settings, redis
+):
+    batches: list[list[str]] = []
+
+    async def handle(batch):
+        batches.append([d.event.content for d in batch])
+
+    rt = Runtime("test", settings)
+    rt.consume(stream="turns", group="g", adapter=turn_adapter, handle=handle,
+               batch=10, linger_ms=400)
+    await rt.start()
+    try:
+        pub = Publisher(redis, settings)
+        await pub.publish("turns", [_turn(0)])
+        await asyncio.sleep(0.1)
+        await pub.publish("turns", [_turn(1), _turn(2)])
+        for _ in range(100):
+            if sum(len(b) for b in batches) == 3:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await rt.stop()
+    assert batches == [["t0", "t1", "t2"]]
+    assert (await redis.xpending(settings.stream("turns"), "g"))["pending"] == 0
