@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from shared.db import audit
+from shared.db import Executor, audit
 from shared.errors import NotFound
 
 KEY_PREFIX = "eg_"
@@ -34,7 +34,7 @@ def hash_key(secret: str) -> str:
 
 
 async def create_key(
-    conn: asyncpg.Connection | asyncpg.Pool,
+    conn: Executor,
     *,
     user_id: str | None,
     is_admin: bool = False,
@@ -63,7 +63,7 @@ async def create_key(
     return ApiKey(row["id"], user_id, is_admin, prefix, name), secret
 
 
-async def lookup_key(conn: asyncpg.Connection | asyncpg.Pool, secret: str) -> ApiKey | None:
+async def lookup_key(conn: Executor, secret: str) -> ApiKey | None:
     """The live key with this secret, or None (unknown or revoked)."""
     row = await conn.fetchrow(
         """
@@ -77,7 +77,7 @@ async def lookup_key(conn: asyncpg.Connection | asyncpg.Pool, secret: str) -> Ap
     return ApiKey(row["id"], row["user_id"], row["is_admin"], row["prefix"], row["name"])
 
 
-async def revoke_key(conn: asyncpg.Connection | asyncpg.Pool, prefix: str) -> ApiKey:
+async def revoke_key(conn: Executor, prefix: str) -> ApiKey:
     """Revoke the key with this prefix (the 8 hex characters after ``eg_``)."""
     row = await conn.fetchrow(
         """
@@ -94,7 +94,7 @@ async def revoke_key(conn: asyncpg.Connection | asyncpg.Pool, prefix: str) -> Ap
     return ApiKey(row["id"], row["user_id"], row["is_admin"], row["prefix"], row["name"])
 
 
-async def list_keys(conn: asyncpg.Connection | asyncpg.Pool) -> list[asyncpg.Record]:
+async def list_keys(conn: Executor) -> list[asyncpg.Record]:
     return list(await conn.fetch(
         """
         SELECT prefix, user_id, is_admin, name, created_at, revoked_at

@@ -6,9 +6,16 @@ import json
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 from pgvector.asyncpg import register_vector
 
 from shared.errors import InfrastructureError
+
+Conn = asyncpg.Connection | PoolConnectionProxy
+"""A connection: one of its own, or one acquired from a pool."""
+
+Executor = Conn | asyncpg.Pool
+"""Anything that runs a statement."""
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
@@ -45,7 +52,7 @@ async def connect(url: str, *, codecs: bool = True) -> asyncpg.Connection:
 
 
 async def audit(
-    conn: asyncpg.Connection | asyncpg.Pool,
+    conn: Executor,
     *,
     user_id: str | None,
     action: str,

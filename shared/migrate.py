@@ -13,8 +13,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncpg
-
+from shared.db import Conn
 from shared.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -46,7 +45,7 @@ def load_migrations(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     return out
 
 
-async def migrate(conn: asyncpg.Connection, *, embedding_dim: int) -> list[str]:
+async def migrate(conn: Conn, *, embedding_dim: int) -> list[str]:
     """Apply every pending migration; return the versions applied (empty when up to date).
 
     Safe to run twice and from two processes at once: the second waits on the lock

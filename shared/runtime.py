@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import asyncpg
@@ -47,7 +47,7 @@ class Runtime:
             settings.require_redis_url(), logger=fs_logger, log_level=logging.DEBUG
         )
         self.consumers: list[StreamConsumer[Any]] = []
-        self.background: list[Callable[[], Awaitable[None]]] = []
+        self.background: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self.on_start: list[Hook] = []
         self.on_stop: list[Hook] = []
         self._pool: asyncpg.Pool | None = None

@@ -352,7 +352,8 @@ class StreamConsumer(Generic[T]):
                 self.group, consumer, {self.stream: ">"}, count=wanted - len(got),
                 block=left_ms,
             )
-            for _, items in reply or []:
+            stream_items: list[Any] = list(reply or [])
+            for _, items in stream_items:
                 for entry_id, fields in items:
                     eid = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
                     got.append((eid, fields))

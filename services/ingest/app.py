@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 from fastapi import FastAPI
@@ -18,10 +19,12 @@ def create_app(settings: IngestSettings | None = None) -> FastAPI:
     rt = Runtime("ingest", settings)
     window = timedelta(minutes=settings.stale_window_minutes)
 
-    async def on_turns(batch: list[Delivery[TurnReceived]]) -> Rejections:
+    async def on_turns(batch: Sequence[Delivery[TurnReceived]]) -> Rejections:
         return await service.store_turns(rt.pool, rt.publisher, batch, stale_window=window)
 
-    async def on_episodes(batch: list[Delivery[EpisodeStarted | EpisodeClosed]]) -> Rejections:
+    async def on_episodes(
+        batch: Sequence[Delivery[EpisodeStarted | EpisodeClosed]],
+    ) -> Rejections:
         return await service.handle_episode_events(rt.pool, rt.publisher, batch)
 
     rt.consume(

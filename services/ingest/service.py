@@ -16,6 +16,7 @@ from zlib import crc32
 
 import asyncpg
 
+from shared.db import Conn
 from shared.events import (
     EmbedRequested,
     EmbedTarget,
@@ -248,7 +249,7 @@ async def store_turns(
 
 
 async def _plan_episodes(
-    conn: asyncpg.Connection,
+    conn: Conn,
     batch: Sequence[Delivery[TurnReceived]],
     stale_window: timedelta,
     rejected: Rejections,
@@ -319,7 +320,7 @@ async def _plan_episodes(
 
 
 async def _span_for(
-    conn: asyncpg.Connection,
+    conn: Conn,
     key: tuple[str, str, str],
     known: list[_Span],
     t: datetime,
@@ -390,7 +391,7 @@ async def handle_episode_events(
 
 
 async def _start_episode(
-    conn: asyncpg.Connection, ev: EpisodeStarted, extract: list[ExtractRequested]
+    conn: Conn, ev: EpisodeStarted, extract: list[ExtractRequested]
 ) -> str | None:
     owner = await conn.fetchval("SELECT user_id FROM episodes WHERE id = $1", ev.episode_id)
     if owner is not None:
@@ -425,7 +426,7 @@ async def _start_episode(
 
 
 async def _close_episode(
-    conn: asyncpg.Connection, ev: EpisodeClosed, extract: list[ExtractRequested]
+    conn: Conn, ev: EpisodeClosed, extract: list[ExtractRequested]
 ) -> str | None:
     if ev.episode_id is not None:
         row = await conn.fetchrow(

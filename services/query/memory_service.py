@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from shared.db import audit
+from shared.db import Conn, Executor, audit
 from shared.errors import InvalidRequest, NotFound
 from shared.events import EmbedRequested, EmbedTarget, Event, MemoryChanged
 from shared.streams import Publisher
@@ -179,7 +179,7 @@ async def add_memories(
 
 
 async def _add_one(
-    conn: asyncpg.Connection, user_id: str, actor: str, item: NewMemory, slug: str,
+    conn: Conn, user_id: str, actor: str, item: NewMemory, slug: str,
     type_: str, content: str,
 ) -> Added:
     row = await conn.fetchrow(
@@ -211,7 +211,7 @@ async def announce(
             user_id=user_id, targets=[EmbedTarget(kind="memory", id=str(i)) for i in ids],
         )]))
     batches.append(("memories", [
-        MemoryChanged(memory_id=i, user_id=user_id, change=change)  # type: ignore[arg-type]
+        MemoryChanged(memory_id=i, user_id=user_id, change=change)
         for i in ids
     ]))
     await publisher.publish_many(batches)  # both streams, one round trip
@@ -227,7 +227,7 @@ def parse_id(item_id: str | uuid.UUID) -> uuid.UUID:
 
 
 async def get_memory(
-    conn: asyncpg.Pool | asyncpg.Connection, *, user_id: str, item_id: str | uuid.UUID
+    conn: Executor, *, user_id: str, item_id: str | uuid.UUID
 ) -> dict[str, Any]:
     """Every field of one item, with its embedding state (Nova 3.2.3)."""
     row = await conn.fetchrow(GET_ITEM, parse_id(item_id), user_id)
@@ -268,7 +268,7 @@ async def delete_memory(
 
 
 async def list_themes(
-    conn: asyncpg.Pool | asyncpg.Connection, *, user_id: str
+    conn: Executor, *, user_id: str
 ) -> list[dict[str, Any]]:
     rows = await conn.fetch(LIST_THEMES, user_id)
     return [{"slug": r["slug"], "display_name": r["display_name"],
@@ -276,7 +276,7 @@ async def list_themes(
 
 
 async def touch(
-    conn: asyncpg.Pool | asyncpg.Connection, *, user_id: str, ids: list[uuid.UUID]
+    conn: Executor, *, user_id: str, ids: list[uuid.UUID]
 ) -> None:
     """Record an access (Jarvus 4.2: each retrieval updates last accessed)."""
     if ids:

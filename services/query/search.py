@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import asyncpg
 
+from shared.db import Conn, Executor
 from shared.errors import InvalidRequest
 
 Mode = Literal["hybrid", "fts_only", "semantic_only", "match_all"]
@@ -267,7 +268,7 @@ def validate_limit(limit: int, maximum: int = MAX_LIMIT) -> int:
 
 
 async def search(
-    conn: asyncpg.Connection | asyncpg.Pool,
+    conn: Executor,
     params: SearchParams,
     *,
     user_id: str | None,
@@ -308,7 +309,7 @@ async def search(
 
 
 async def _semantic_search(
-    conn: asyncpg.Connection, scope: str, user_id: str | None, args: list[Any]
+    conn: Conn, scope: str, user_id: str | None, args: list[Any]
 ) -> list[asyncpg.Record]:
     if scope == "user" and not await uses_index(conn, user_id):
         return list(await conn.fetch(STATEMENTS[(scope, "exact")], *args))
@@ -340,7 +341,7 @@ _LARGE_USERS_MAX = 10_000
 _large_users: dict[str, tuple[bool, float]] = {}
 
 
-async def uses_index(conn: asyncpg.Connection, user_id: str | None) -> bool:
+async def uses_index(conn: Conn, user_id: str | None) -> bool:
     """Whether a user's semantic search walks the HNSW index (else: exact scan)."""
     now = time.monotonic()
     cached = _large_users.get(user_id or "")
@@ -351,7 +352,7 @@ async def uses_index(conn: asyncpg.Connection, user_id: str | None) -> bool:
     if len(_large_users) >= _LARGE_USERS_MAX:
         _large_users.clear()
     _large_users[user_id or ""] = (large, now + LARGE_USER_TTL)
-    return large
+    return bool(large)
 
 
 def _mode(rows: list[asyncpg.Record]) -> Mode:

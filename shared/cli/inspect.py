@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -44,7 +45,7 @@ async def show_dead(settings: CommonSettings, count: int, replay: bool) -> None:
     redis = aioredis.from_url(settings.require_redis_url())
     key = settings.stream("dead")
     try:
-        entries = await redis.xrevrange(key, count=count)
+        entries: list[Any] = list(await redis.xrevrange(key, count=count) or [])
         for entry_id, fields in reversed(entries):
             f = {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
             print(json.dumps({"id": entry_id.decode(), **f}))

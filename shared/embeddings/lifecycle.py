@@ -22,6 +22,7 @@ from typing import Any
 import asyncpg
 from pydantic import BaseModel
 
+from shared.db import Executor
 from shared.embeddings import store
 from shared.embeddings.pipeline import Item, Observer, Options, Outcome, embed_items
 from shared.embeddings.providers import ProviderConfig, ProviderRegistry, default_registry
@@ -143,7 +144,7 @@ class RebuildStatus(BaseModel):
     running: bool
 
 
-async def rebuild_count(pool: asyncpg.Pool | asyncpg.Connection, user_id: str) -> RebuildCount:
+async def rebuild_count(pool: Executor, user_id: str) -> RebuildCount:
     """How many rows a rebuild of ``user_id`` would re-embed (archived items included)."""
     r = await pool.fetchrow(COUNT_ROWS, user_id)
     assert r is not None
@@ -196,7 +197,7 @@ async def request_embeddings(
 
 
 async def rebuild_progress(
-    pool: asyncpg.Pool | asyncpg.Connection, user_id: str
+    pool: Executor, user_id: str
 ) -> RebuildStatus | None:
     """The user's latest rebuild (None if there never was one); finishes it when nothing
     is pending any more."""

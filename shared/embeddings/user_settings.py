@@ -19,6 +19,7 @@ import asyncpg
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_core import PydanticCustomError
 
+from shared.db import Executor
 from shared.embeddings import crypto
 from shared.embeddings.base import Embedder
 from shared.embeddings.local import MODEL_NAME as LOCAL_MODEL
@@ -147,7 +148,7 @@ def choose(settings: EmbeddingSettings, row: asyncpg.Record | None) -> ProviderC
 
 
 async def resolve_config(
-    pool: asyncpg.Pool | asyncpg.Connection, user_id: str, settings: CommonSettings
+    pool: Executor, user_id: str, settings: CommonSettings
 ) -> ProviderConfig | None:
     """The provider configuration in effect for ``user_id`` now (None = full-text-only)."""
     s = as_embedding_settings(settings)
@@ -156,7 +157,7 @@ async def resolve_config(
 
 
 async def resolve_embedder(
-    pool: asyncpg.Pool | asyncpg.Connection,
+    pool: Executor,
     user_id: str,
     settings: CommonSettings,
     *,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import asyncpg
+from shared.db import Executor
 
 OTHER_USER_FACTOR = 0.8
 SEMANTIC_WEIGHT = 0.7
@@ -112,7 +112,7 @@ def or_query(text: str) -> str:
 
 
 async def recall_episodes(
-    pool: asyncpg.Pool | asyncpg.Connection,
+    pool: Executor,
     *,
     query: str,
     current_user_id: str,

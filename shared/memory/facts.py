@@ -30,7 +30,7 @@ from datetime import datetime
 import asyncpg
 import numpy as np
 
-from shared.db import audit
+from shared.db import Conn, audit
 from shared.errors import EngramError, InvalidModelOutput, InvalidRequest
 from shared.llm.schemas import FactCandidate
 from shared.memory.dates import resolve_relative_dates
@@ -241,7 +241,7 @@ async def plan_facts(
 
 
 async def apply_plan(
-    conn: asyncpg.Connection,
+    conn: Conn,
     plan: FactPlan,
     *,
     user_id: str,

@@ -21,7 +21,7 @@ from typing import Any
 
 import asyncpg
 
-from shared.db import audit
+from shared.db import Conn, Executor, audit
 from shared.errors import InvalidRequest
 from shared.memory.references import (
     PersonRef,
@@ -143,7 +143,7 @@ def check_reference(reference: str) -> PersonRef:
 
 
 async def _lookup(
-    conn: asyncpg.Connection | asyncpg.Pool, user_id: str, ref: PersonRef
+    conn: Executor, user_id: str, ref: PersonRef
 ) -> Person | None:
     if ref.name:
         row = await conn.fetchrow(BY_NAME, user_id, ref.name)
@@ -165,7 +165,7 @@ async def _lookup(
 
 
 async def find_person(
-    conn: asyncpg.Connection | asyncpg.Pool, user_id: str, reference: str
+    conn: Executor, user_id: str, reference: str
 ) -> Person | None:
     """The person ``reference`` names for this user, or None. Never creates anyone."""
     ref = _parse(reference)
@@ -174,13 +174,13 @@ async def find_person(
     return await _lookup(conn, user_id, ref)
 
 
-async def list_people(conn: asyncpg.Connection | asyncpg.Pool, user_id: str) -> list[Person]:
+async def list_people(conn: Executor, user_id: str) -> list[Person]:
     """The user's known people, by name."""
     return [_person(r) for r in await conn.fetch(LIST, user_id)]
 
 
 async def people_by_id(
-    conn: asyncpg.Connection | asyncpg.Pool, user_id: str, ids: Sequence[uuid.UUID]
+    conn: Executor, user_id: str, ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, Person]:
     if not ids:
         return {}
@@ -195,7 +195,7 @@ def _add_alias(aliases: list[str], alias: str | None) -> list[str]:
 
 
 async def resolve_person(
-    conn: asyncpg.Connection,
+    conn: Conn,
     user_id: str,
     reference: str,
     *,
@@ -252,7 +252,7 @@ async def resolve_person(
 
 
 async def resolve_people(
-    conn: asyncpg.Connection,
+    conn: Conn,
     user_id: str,
     mentions: Sequence[str],
     *,
@@ -296,7 +296,7 @@ def parse_reference(
 
 
 async def resolve_or_create_person(
-    conn: asyncpg.Connection, user_id: str, reference: str, content_hint: str | None = None
+    conn: Conn, user_id: str, reference: str, content_hint: str | None = None
 ) -> PersonResolution:
     """:func:`resolve_person` in the extractor's shape (actor ``extractor``)."""
     res = await resolve_person(conn, user_id, reference, content_hint=content_hint,
@@ -304,6 +304,6 @@ async def resolve_or_create_person(
     return PersonResolution(res.person.id, res.created, res.person.name or res.person.label)
 
 
-async def known_people(conn: asyncpg.Connection | asyncpg.Pool, user_id: str) -> list[Person]:
+async def known_people(conn: Executor, user_id: str) -> list[Person]:
     """The user's people, for the "Known People" part of a prompt."""
     return await list_people(conn, user_id)

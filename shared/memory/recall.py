@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from shared.db import Executor
 from shared.errors import InfrastructureError, InvalidRequest
 from shared.memory.people import Person, find_person, people_by_id
 from shared.memory.remember import Chat
@@ -81,7 +82,7 @@ class Recalled:
 
 
 async def subject_people(
-    conn: asyncpg.Connection | asyncpg.Pool, hits: list[MemoryHit]
+    conn: Executor, hits: list[MemoryHit]
 ) -> dict[uuid.UUID, Person]:
     """The people the hits are about, read in each memory owner's own people."""
     wanted: dict[str, set[uuid.UUID]] = defaultdict(set)

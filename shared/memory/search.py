@@ -23,6 +23,7 @@ from typing import Any
 
 import asyncpg
 
+from shared.db import Conn, Executor
 from shared.memory.remember import Chat
 from shared.memory.vectors import tsquery
 
@@ -147,8 +148,8 @@ class MessageHit:
 
 @contextlib.asynccontextmanager
 async def _iterative(
-    conn: asyncpg.Connection | asyncpg.Pool,
-) -> AsyncIterator[asyncpg.Connection]:
+    conn: Executor,
+) -> AsyncIterator[Conn]:
     """A transaction where HNSW scans keep going until the user filter yields k rows."""
     if isinstance(conn, asyncpg.Pool):
         async with conn.acquire() as c, c.transaction():
@@ -165,13 +166,13 @@ def _sql(template: str, dim: int) -> str:
     return template.replace("{dim}", str(dim))
 
 
-async def is_member(conn: asyncpg.Connection | asyncpg.Pool, user_id: str, chat: Chat) -> bool:
+async def is_member(conn: Executor, user_id: str, chat: Chat) -> bool:
     """Whether ``user_id`` has a session in ``chat`` (and so sees its shared memories)."""
     return bool(await conn.fetchval(IS_MEMBER, user_id, chat.provider, chat.chat_id))
 
 
 async def search_memories(
-    conn: asyncpg.Connection | asyncpg.Pool,
+    conn: Executor,
     user_id: str,
     *,
     query: str,
@@ -208,7 +209,7 @@ def _memory(r: asyncpg.Record) -> MemoryHit:
 
 
 async def search_messages(
-    conn: asyncpg.Connection | asyncpg.Pool,
+    conn: Executor,
     user_id: str,
     *,
     message: str,

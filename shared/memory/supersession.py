@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import uuid
 
-import asyncpg
-
-from shared.db import audit
+from shared.db import Conn, audit
 
 THRESHOLD = 0.75
 
@@ -61,7 +59,7 @@ LOCK = "SELECT pg_advisory_xact_lock(hashtext('engram.supersede:' || $1))"
 
 
 async def check_supersession(
-    conn: asyncpg.Connection, memory_id: uuid.UUID, *, threshold: float = THRESHOLD,
+    conn: Conn, memory_id: uuid.UUID, *, threshold: float = THRESHOLD,
     actor: str = "system",
 ) -> list[uuid.UUID]:
     """Mark the memories that ``memory_id`` conflicts with; return the ids marked superseded.

@@ -23,6 +23,7 @@ import asyncpg
 
 from services.query.context.budget import tokens
 from services.query.context.models import ContextIn, ContextOut
+from shared.db import Conn
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ def render(hints: Hints | None) -> tuple[str, int]:
     return text, n
 
 
-async def _fetch_hints(conn: asyncpg.Connection, user_id: str) -> Hints:
+async def _fetch_hints(conn: Conn, user_id: str) -> Hints:
     rows = await conn.fetch(THEME_COUNTS, user_id, TOP_THEMES)
     total = await conn.fetchval(THEME_TOTAL, user_id)
     return Hints(themes=[(r["slug"], r["name"], int(r["active"])) for r in rows],
