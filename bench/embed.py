@@ -107,7 +107,8 @@ async def pipeline(db_url: str, redis_url: str, data_dir: Path, corpus: list[str
                     bar.update(done - bar.n)
                     if done >= len(turns):
                         break
-                    await asyncio.sleep(0.05)
+                    # a count over the users' rows costs CPU the model competes for: poll gently
+                    await asyncio.sleep(0.25)
             elapsed = time.perf_counter() - started
         errors = await pool.fetchval(
             "SELECT count(*) FROM messages WHERE user_id = ANY($1::text[]) "
