@@ -4,7 +4,9 @@ Publishes 5,000 turns (50 users) on ``turns`` with the local model on, and times
 until every message has its vector stored (ingest → ``embed`` → embedder →
 PostgreSQL). In the same run the bare model embeds the same texts in the same
 batch size, once before and once after the pipeline (the mean is used: the
-machine may be shared). Writes bench/results/embed.json and prints a table.
+machine may be shared). "The same texts" are what the embedder gives the model
+for a turn (``store.message_text``: date, speaker, content), checked against the
+stored rows after the run. Writes bench/results/embed.json and prints a table.
 
 Ingest runs as its own process (as deployed); the embedder runs in this process
 so the model, loaded once for the bare run, is warm for both. Uses an embedded
@@ -22,6 +24,7 @@ import random
 import sys
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
@@ -35,7 +38,7 @@ from services.embedder.settings import EmbedderSettings
 from services.ingest.settings import IngestSettings
 from shared.db import connect
 from shared.embedded import free_port
-from shared.embeddings import local
+from shared.embeddings import local, store
 from shared.events import TurnReceived
 from shared.migrate import migrate
 from shared.streams import Publisher
@@ -43,6 +46,8 @@ from shared.streams import Publisher
 RESULTS = Path(__file__).parent / "results" / "embed.json"
 BATCH = 64
 USERS = 50
+# Every turn's time, so the text the embedder builds for it is known in advance.
+AT = datetime(2026, 5, 14, 9, 30, tzinfo=UTC)
 
 SUBJECTS = ["my sister", "the landlord", "our team", "the dentist", "my kid", "the bank",
             "grandma", "the new manager", "my neighbour", "the plumber", "my partner"]
@@ -64,6 +69,11 @@ def texts(n: int) -> list[str]:
         f"{rng.choice(TAILS)} (note {i})"
         for i in range(n)
     ]
+
+
+def model_text(content: str) -> str:
+    """What the embedder gives the model for one of the bench's turns."""
+    return store.message_text(content, "user", None, None, None, speaker=None, at=AT)
 
 
 def bare_model(corpus: list[str]) -> float:
@@ -88,7 +98,7 @@ async def pipeline(db_url: str, redis_url: str, data_dir: Path, corpus: list[str
     users = [f"bench-{prefix[5:-1]}-{u}" for u in range(USERS)]
     turns = [
         TurnReceived(user_id=users[i % USERS], provider="bench", chat_id=f"c{i % USERS}",
-                     role="user", content=t)
+                     role="user", content=t, occurred_at=AT)
         for i, t in enumerate(corpus)
     ]
     try:
@@ -115,6 +125,14 @@ async def pipeline(db_url: str, redis_url: str, data_dir: Path, corpus: list[str
             "AND embedding_state <> 'ready'", users,
         )
         assert errors == 0, f"{errors} rows not ready"
+        rows = await pool.fetch(
+            "SELECT content, role, display_name, occurred_at FROM messages "
+            "WHERE user_id = ANY($1::text[])", users,
+        )
+        embedded = {store.message_text(r["content"], r["role"], None, None, None,
+                                       speaker=r["display_name"], at=r["occurred_at"])
+                    for r in rows}
+        assert embedded == {model_text(t) for t in corpus}, "the bare model saw other texts"
         return elapsed
     finally:
         ingest.terminate()
@@ -125,18 +143,19 @@ async def pipeline(db_url: str, redis_url: str, data_dir: Path, corpus: list[str
 
 async def main(n: int) -> None:
     corpus = texts(n)
+    model_texts = [model_text(t) for t in corpus]
     with stack() as (db_url, redis_url, tmp):
         assert redis_url is not None
         conn = await connect(db_url, codecs=False)
         await migrate(conn, embedding_dim=384)
         await conn.close()
         print("loading the model…")
-        local.encode(corpus[:BATCH], batch_size=BATCH)  # load + warm up
+        local.encode(model_texts[:BATCH], batch_size=BATCH)  # load + warm up
         # bare, pipeline, bare again: the machine is shared, so the model's time is the
         # mean of a run before and one after the pipeline's
-        before_s = bare_model(corpus)
+        before_s = bare_model(model_texts)
         pipeline_s = await pipeline(db_url, redis_url, tmp, corpus)
-        after_s = bare_model(corpus)
+        after_s = bare_model(model_texts)
         model_s = (before_s + after_s) / 2
     model_rate = n / model_s
     pipeline_rate = n / pipeline_s

@@ -6,10 +6,23 @@ else reads the environment.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_shared_buffers() -> str:
+    """A quarter of physical memory (PostgreSQL's advice for a server of its own),
+    128MB to 8GB, in whole GB above 1GB: the form PostgreSQL shows it in, so an
+    unchanged value never looks changed (which would restart the server)."""
+    try:
+        ram_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
+    except (AttributeError, ValueError, OSError):
+        return "1GB"
+    mb = max(128, min(8192, ram_mb // 4))
+    return f"{mb // 1024}GB" if mb >= 1024 else f"{mb}MB"
 
 
 class CommonSettings(BaseSettings):
@@ -28,9 +41,10 @@ class CommonSettings(BaseSettings):
     stream_maxlen: int = Field(default=1_000_000, description="approximate cap of each stream")
     embedding_dim: int = Field(default=384, description="dimension of the vector columns")
     embedded_pg_shared_buffers: str = Field(
-        default="1GB",
-        description="shared_buffers of the embedded PostgreSQL (hot rows and vector index "
-        "in memory; the 128MB default makes a 100k-item user read from the OS cache)",
+        default_factory=lambda: default_shared_buffers(),
+        description="shared_buffers of the embedded PostgreSQL; default a quarter of the "
+        "machine's memory, 128MB to 8GB (hot rows and the vector index in memory: "
+        "PostgreSQL's 128MB makes a 100k-item user read from the OS cache)",
     )
     log_level: str = "INFO"
     db_pool_min: int = 1

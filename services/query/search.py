@@ -18,10 +18,15 @@ What callers may rely on:
 - a user with few embedded rows is searched exactly; a large one through the
   HNSW index with pgvector 0.8's iterative scan, so the user filter never
   starves the result (the trap in DESIGN.md).
+
+Each signal is its own statement; given a pool, both run at the same time on
+two connections (a search costs the slower of the two, not their sum) and the
+union is scored here, in ``fuse``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import time
@@ -48,8 +53,8 @@ EXACT_SCAN_MAX_ROWS = 5000
 SNIPPET_CHARS = 280
 
 # $1 user ($1 NULL = every user, admin only), $2 theme, $3 status, $4 types,
-# $5 created since, $6 include superseded, $7 namespace, $8 limit,
-# $9 query text, $10 query vector.
+# $5 created since, $6 include superseded, $7 namespace, then $8: the limit
+# (match-all), the query text (lexical) or the query vector (semantic).
 _USER = "m.user_id = $1"
 _ANY_USER = "($1::text IS NULL OR m.user_id = $1)"
 _FILTERS = """
@@ -63,95 +68,49 @@ _FILTERS = """
 _COLUMNS = "m.id, m.user_id, m.namespace, m.theme, m.type, m.content, m.importance, m.created_at"
 
 MATCH_ALL = """
-SELECT {columns}, 0.0::float8 AS score, false AS fts, false AS semantic, 0 AS n_lex, 0 AS n_sem
+SELECT {columns}
 FROM memory_items m
 WHERE {scope} {filters}
 ORDER BY m.created_at DESC, m.id
 LIMIT $8
 """
 
-# Each signal's CTE carries the output columns, so the final step joins nothing.
-_CARRY = "m.user_id, m.namespace, m.theme, m.type, m.content, m.importance, m.created_at"
-
-_LEXICAL = """
-lexical AS (
-    SELECT m.id, {carry}, ts_rank(m.fts, q.tsq)::float8 AS rank
-    FROM memory_items m, q
-    WHERE {scope} AND m.fts @@ q.tsq {filters}
-    ORDER BY rank DESC, m.created_at DESC, m.id
-    LIMIT {k}
-)"""
-
-_NO_SEMANTIC = """
-semantic AS (
-    SELECT m.id, {carry}, NULL::float8 AS sim FROM memory_items m WHERE false
-)"""
+# The top K by ``ts_rank`` of rows matching any of the query's words (stemmed,
+# stop words dropped); ``q`` builds the tsquery once, not per row.
+LEXICAL = """
+WITH q AS MATERIALIZED (
+    SELECT array_to_string(ARRAY(
+               SELECT quote_literal(w)
+               FROM unnest(tsvector_to_array(to_tsvector('english', $8::text))) AS w
+           ), ' | ')::tsquery AS tsq
+)
+SELECT {columns}, ts_rank(m.fts, q.tsq)::float8 AS rank
+FROM memory_items m, q
+WHERE {scope} AND m.fts @@ q.tsq {filters}
+ORDER BY rank DESC, m.created_at DESC, m.id
+LIMIT {k}
+"""
 
 # Exact: "+ 0" keeps the planner off the HNSW index, so every row of the
 # user's is compared (used when the user has few rows).
-_SEMANTIC_EXACT = """
-semantic AS (
-    SELECT m.id, {carry}, 1.0 / (1.0 + (m.embedding <=> $10::vector)) AS sim
-    FROM memory_items m
-    WHERE {scope} AND m.embedding_state = 'ready' AND m.embedding IS NOT NULL {filters}
-    ORDER BY (m.embedding <=> $10::vector) + 0, m.id
-    LIMIT {k}
-)"""
+SEMANTIC_EXACT = """
+SELECT {columns}, 1.0 / (1.0 + (m.embedding <=> $8::vector)) AS sim
+FROM memory_items m
+WHERE {scope} AND m.embedding_state = 'ready' AND m.embedding IS NOT NULL {filters}
+ORDER BY (m.embedding <=> $8::vector) + 0, m.id
+LIMIT {k}
+"""
 
 # Index: the HNSW index of migration 0010 is on embedding::halfvec(D), so the
 # walk orders by that expression; with hnsw.iterative_scan (set by the caller)
 # it keeps walking until enough of this user's rows pass the filter. The score
 # still uses the full-precision distance.
-_SEMANTIC_INDEX = """
-semantic AS MATERIALIZED (
-    SELECT m.id, {carry}, 1.0 / (1.0 + (m.embedding <=> $10::vector)) AS sim
-    FROM memory_items m
-    WHERE {scope} AND m.embedding_state = 'ready' {filters}
-    ORDER BY m.embedding::halfvec({dim}) <=> $10::vector::halfvec({dim})
-    LIMIT {k}
-)"""
-
-HYBRID = """
-WITH q AS MATERIALIZED (
-    -- any of the query's words (stemmed, stop words dropped); more matches rank higher
-    SELECT array_to_string(ARRAY(
-               SELECT quote_literal(w)
-               FROM unnest(tsvector_to_array(to_tsvector('english', $9::text))) AS w
-           ), ' | ')::tsquery AS tsq
-),
-{lexical},
-{semantic},
-candidates AS (
-    SELECT coalesce(l.id, s.id) AS id, coalesce(l.user_id, s.user_id) AS user_id,
-           coalesce(l.namespace, s.namespace) AS namespace, coalesce(l.theme, s.theme) AS theme,
-           coalesce(l.type, s.type) AS type, coalesce(l.content, s.content) AS content,
-           coalesce(l.importance, s.importance) AS importance,
-           coalesce(l.created_at, s.created_at) AS created_at, l.rank, s.sim
-    FROM lexical l FULL JOIN semantic s ON s.id = l.id
-),
-bounds AS (
-    SELECT min(rank) AS lo_r, max(rank) AS hi_r, count(rank) AS n_lex,
-           min(sim) AS lo_s, max(sim) AS hi_s, count(sim) AS n_sem
-    FROM candidates
-),
-scored AS (
-    SELECT c.*, c.rank IS NOT NULL AS fts, c.sim IS NOT NULL AS semantic, b.n_lex, b.n_sem,
-           CASE WHEN c.rank IS NULL THEN 0.0
-                WHEN b.hi_r = b.lo_r THEN 1.0
-                ELSE (c.rank - b.lo_r) / (b.hi_r - b.lo_r) END AS lex_norm,
-           CASE WHEN c.sim IS NULL THEN 0.0
-                WHEN b.hi_s = b.lo_s THEN 1.0
-                ELSE (c.sim - b.lo_s) / (b.hi_s - b.lo_s) END AS sem_norm,
-           CASE WHEN b.n_sem > 0 THEN {w_sem} ELSE 0.0 END AS w_sem,
-           CASE WHEN b.n_lex > 0 THEN {w_lex} ELSE 0.0 END AS w_lex
-    FROM candidates c CROSS JOIN bounds b
-)
-SELECT s.id, s.user_id, s.namespace, s.theme, s.type, s.content, s.importance, s.created_at,
-       ((s.w_sem * s.sem_norm + s.w_lex * s.lex_norm) / (s.w_sem + s.w_lex))::float8 AS score,
-       s.fts, s.semantic, s.n_lex, s.n_sem
-FROM scored s
-ORDER BY score DESC, s.created_at DESC, s.id
-LIMIT $8
+SEMANTIC_INDEX = """
+SELECT {columns}, 1.0 / (1.0 + (m.embedding <=> $8::vector)) AS sim
+FROM memory_items m
+WHERE {scope} AND m.embedding_state = 'ready' {filters}
+ORDER BY m.embedding::halfvec({dim}) <=> $8::vector::halfvec({dim})
+LIMIT {k}
 """
 
 COUNT_READY = """
@@ -172,35 +131,27 @@ SET LOCAL hnsw.ef_search = 100;
 SET LOCAL hnsw.max_scan_tuples = 50000
 """
 
+_SCOPES = {"user": _USER, "any": _ANY_USER}
 
-def _statement(template: str, *, scope: str, semantic: str = "", dim: int = 0) -> str:
-    sem = semantic.format(scope=scope, filters=_FILTERS, k=CANDIDATES_PER_SIGNAL, dim=dim,
-                          carry=_CARRY)
-    return template.format(
-        columns=_COLUMNS,
-        scope=scope,
-        filters=_FILTERS,
-        lexical=_LEXICAL.format(scope=scope, filters=_FILTERS, k=CANDIDATES_PER_SIGNAL,
-                                carry=_CARRY),
-        semantic=sem,
-        w_sem=SEMANTIC_WEIGHT,
-        w_lex=LEXICAL_WEIGHT,
-    )
+
+def _statement(template: str, scope: str, dim: int = 0) -> str:
+    return template.format(columns=_COLUMNS, scope=_SCOPES[scope], filters=_FILTERS,
+                           k=CANDIDATES_PER_SIGNAL, dim=dim)
 
 
 # Named statements, built once from the fixed fragments above (no values inside).
-STATEMENTS: dict[tuple[str, str], str] = {}
-for _name, _scope in (("user", _USER), ("any", _ANY_USER)):
-    STATEMENTS[(_name, "match_all")] = _statement(MATCH_ALL, scope=_scope)
-    STATEMENTS[(_name, "lexical")] = _statement(HYBRID, scope=_scope, semantic=_NO_SEMANTIC)
-    STATEMENTS[(_name, "exact")] = _statement(HYBRID, scope=_scope, semantic=_SEMANTIC_EXACT)
+STATEMENTS: dict[tuple[str, str], str] = {
+    (scope, name): _statement(template, scope)
+    for scope in _SCOPES
+    for name, template in (("match_all", MATCH_ALL), ("lexical", LEXICAL),
+                           ("exact", SEMANTIC_EXACT))
+}
 
 
 @functools.lru_cache(maxsize=8)
 def index_statement(scope: str, dim: int) -> str:
     """The HNSW variant; the index expression names the deployment's dimension."""
-    return _statement(HYBRID, scope=_USER if scope == "user" else _ANY_USER,
-                      semantic=_SEMANTIC_INDEX, dim=int(dim))
+    return _statement(SEMANTIC_INDEX, scope, int(dim))
 
 
 @dataclass(frozen=True)
@@ -277,7 +228,8 @@ async def search(
 ) -> SearchResult:
     """Search one user's memories (or, with ``all_users`` and no user, everyone's).
 
-    ``vector`` is the query embedding, or None for full-text-only."""
+    ``vector`` is the query embedding, or None for full-text-only. Given a pool,
+    the two signals are read at the same time on two connections."""
     if user_id is None and not all_users:
         raise InvalidRequest("a search needs a user")
     validate_limit(params.limit)
@@ -287,42 +239,52 @@ async def search(
         if params.recency_days is not None
         else None
     )
-    args: list[Any] = [
+    filters: list[Any] = [
         user_id, params.theme, params.status,
         list(params.types) if params.types else None, since,
-        params.include_superseded, params.namespace, params.limit,
+        params.include_superseded, params.namespace,
     ]
     if params.match_all:
-        rows = await conn.fetch(STATEMENTS[(scope, "match_all")], *args)
-        return SearchResult("match_all", [_hit(r) for r in rows])
-    args.append(params.query)
+        rows = await conn.fetch(STATEMENTS[(scope, "match_all")], *filters, params.limit)
+        return SearchResult("match_all", [_hit(r, 0.0, False, False) for r in rows])
+    lexical_sql = STATEMENTS[(scope, "lexical")]
     if vector is None:
-        rows = await conn.fetch(STATEMENTS[(scope, "lexical")], *args)
-        return SearchResult("fts_only", [_hit(r) for r in rows])
-    args.append(vector)
+        return fuse(await conn.fetch(lexical_sql, *filters, params.query), [], params.limit)
     if isinstance(conn, asyncpg.Pool):
-        async with conn.acquire() as c:
-            rows = await _semantic_search(c, scope, user_id, args)
+        pool = conn
+
+        async def lexical() -> list[asyncpg.Record]:
+            async with pool.acquire() as c:
+                return list(await c.fetch(lexical_sql, *filters, params.query))
+
+        async def semantic() -> list[asyncpg.Record]:
+            async with pool.acquire() as c:
+                return await semantic_candidates(c, scope, user_id, filters, vector)
+
+        # Each task holds one connection at a time, so a busy pool cannot deadlock.
+        lex, sem = await asyncio.gather(lexical(), semantic())
     else:
-        rows = await _semantic_search(conn, scope, user_id, args)
-    return SearchResult(_mode(rows), [_hit(r) for r in rows])
+        lex = list(await conn.fetch(lexical_sql, *filters, params.query))
+        sem = await semantic_candidates(conn, scope, user_id, filters, vector)
+    return fuse(lex, sem, params.limit)
 
 
-async def _semantic_search(
-    conn: Conn, scope: str, user_id: str | None, args: list[Any]
+async def semantic_candidates(
+    conn: Conn, scope: str, user_id: str | None, filters: list[Any], vector: list[float]
 ) -> list[asyncpg.Record]:
+    """The top K rows by cosine distance: exact for a small user, else the HNSW walk."""
     if scope == "user" and not await uses_index(conn, user_id):
-        return list(await conn.fetch(STATEMENTS[(scope, "exact")], *args))
-    statement = index_statement(scope, len(args[9]))
+        return list(await conn.fetch(STATEMENTS[(scope, "exact")], *filters, vector))
+    statement = index_statement(scope, len(vector))
     if conn.is_in_transaction():  # the caller's: a savepoint, as before
         async with conn.transaction():
             await conn.execute(ITERATIVE_SCAN)
-            return list(await conn.fetch(statement, *args))
+            return list(await conn.fetch(statement, *filters, vector))
     # One round trip opens the transaction and sets the walk's parameters (SET
     # LOCAL: they end with it); then the read-only statement and COMMIT.
     await conn.execute("BEGIN;" + ITERATIVE_SCAN)
     try:
-        rows = list(await conn.fetch(statement, *args))
+        rows = list(await conn.fetch(statement, *filters, vector))
     except BaseException:
         if not conn.is_closed() and conn.is_in_transaction():
             with contextlib.suppress(Exception):
@@ -330,6 +292,50 @@ async def _semantic_search(
         raise
     await conn.execute("COMMIT")
     return rows
+
+
+def _min_max(values: dict[uuid.UUID, float]) -> dict[uuid.UUID, float]:
+    if not values:
+        return {}
+    lo, hi = min(values.values()), max(values.values())
+    if hi == lo:
+        return dict.fromkeys(values, 1.0)
+    return {k: (v - lo) / (hi - lo) for k, v in values.items()}
+
+
+def fuse(
+    lexical: list[asyncpg.Record], semantic: list[asyncpg.Record], limit: int
+) -> SearchResult:
+    """Nova's hybrid score over the union of both signals' candidates.
+
+    Each signal is min-max normalised over its candidates (a row the other
+    signal found but this one did not scores 0 on it), then
+    ``score = 0.7 * semantic + 0.3 * lexical``; a signal with no candidate at
+    all drops out, so the other alone scores in [0, 1]. Ties: newer, then id."""
+    rank = {r["id"]: float(r["rank"]) for r in lexical}
+    sim = {r["id"]: float(r["sim"]) for r in semantic}
+    rows = {r["id"]: r for r in (*semantic, *lexical)}
+    if lexical and semantic:
+        mode: Mode = "hybrid"
+    elif semantic:
+        mode = "semantic_only"
+    elif lexical:
+        mode = "fts_only"
+    else:
+        return SearchResult("hybrid")
+    w_lex = LEXICAL_WEIGHT if rank else 0.0
+    w_sem = SEMANTIC_WEIGHT if sim else 0.0
+    lex_norm, sem_norm = _min_max(rank), _min_max(sim)
+    hits = [
+        _hit(r, (w_sem * sem_norm.get(k, 0.0) + w_lex * lex_norm.get(k, 0.0)) / (w_sem + w_lex),
+             k in rank, k in sim)
+        for k, r in rows.items()
+    ]
+    # stable sorts, last key first: id, then newer first, then score
+    hits.sort(key=lambda h: h.id)
+    hits.sort(key=lambda h: h.created_at, reverse=True)
+    hits.sort(key=lambda h: h.score, reverse=True)
+    return SearchResult(mode, hits[:limit])
 
 
 # user -> (has more than EXACT_SCAN_MAX_ROWS ready rows, until when that answer holds).
@@ -355,19 +361,9 @@ async def uses_index(conn: Conn, user_id: str | None) -> bool:
     return bool(large)
 
 
-def _mode(rows: list[asyncpg.Record]) -> Mode:
-    if not rows:
-        return "hybrid"
-    n_lex, n_sem = rows[0]["n_lex"], rows[0]["n_sem"]
-    if n_lex and n_sem:
-        return "hybrid"
-    return "semantic_only" if n_sem else "fts_only"
-
-
-def _hit(r: asyncpg.Record) -> Hit:
+def _hit(r: asyncpg.Record, score: float, fts: bool, semantic: bool) -> Hit:
     return Hit(
         id=r["id"], user_id=r["user_id"], namespace=r["namespace"], theme=r["theme"],
         type=r["type"], content=r["content"], importance=float(r["importance"]),
-        created_at=r["created_at"], score=float(r["score"]), fts=r["fts"],
-        semantic=r["semantic"],
+        created_at=r["created_at"], score=score, fts=fts, semantic=semantic,
     )

@@ -175,13 +175,15 @@ async def test_a_user_with_50_items_among_many_still_gets_k_results(make_setting
         assert result.mode == "semantic_only"
     # force the index path for the small user too: iterative scan must still fill k
     async with pool.acquire() as conn:
-        args = [small, None, "active", None, None, False, None, 20, "zebra", q]
-        got = await search_module._semantic_search(conn, "any", small, args)
-    assert len(got) == 20 and {r["user_id"] for r in got} == {small}
+        filters = [small, None, "active", None, None, False, None]
+        got = await search_module.semantic_candidates(conn, "any", small, filters, list(q))
+    assert len(got) == search_module.CANDIDATES_PER_SIGNAL
+    assert {r["user_id"] for r in got} == {small}
     # and the big user's search really walks the HNSW index (not an exact scan)
     await pool.execute("ANALYZE memory_items")
-    args[0] = big
+    filters[0] = big
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(search_module.ITERATIVE_SCAN)
-        plan = await conn.fetch("EXPLAIN " + search_module.index_statement("user", 384), *args)
+        plan = await conn.fetch("EXPLAIN " + search_module.index_statement("user", 384),
+                                *filters, q)
     assert "hnsw" in "\n".join(r[0] for r in plan)
