@@ -10,6 +10,7 @@ from services.embedder import service
 from services.embedder.metrics import EmbedderMetrics
 from services.embedder.settings import EmbedderSettings
 from shared.embeddings.providers import ProviderRegistry
+from shared.embeddings.vector_index import Indexer
 from shared.events import EmbedRequested, embed_adapter
 from shared.runtime import Runtime, add_ops_routes
 from shared.streams import Delivery, Rejections
@@ -23,16 +24,22 @@ def create_app(
     rt = Runtime("embedder", settings)
     metrics = EmbedderMetrics(rt.metrics.registry)
     providers = registry or ProviderRegistry.from_settings(settings)
+    indexer = Indexer(min_rows=settings.vector_index_min_rows)
 
     async def on_embed(batch: Sequence[Delivery[EmbedRequested]]) -> Rejections:
         return await service.handle_requests(
-            rt.pool, rt.publisher, batch, settings=settings, registry=providers, metrics=metrics
+            rt.pool, rt.publisher, batch, settings=settings, registry=providers, metrics=metrics,
+            indexer=indexer,
         )
 
     async def retry_due() -> None:
         await service.retry_due(
-            rt.pool, rt.publisher, settings=settings, registry=providers, metrics=metrics
+            rt.pool, rt.publisher, settings=settings, registry=providers, metrics=metrics,
+            indexer=indexer,
         )
+
+    async def index_users() -> None:
+        await indexer.run(rt.pool)
 
     async def gauges() -> None:
         await service.refresh_gauges(rt.pool, metrics)
@@ -43,6 +50,7 @@ def create_app(
     rt.consume(stream="embed", group="embedder", adapter=embed_adapter, handle=on_embed,
                batch=settings.embed_read_batch, linger_ms=settings.embed_linger_ms)
     rt.every(settings.embed_sweep_s, retry_due)
+    rt.every(settings.vector_index_check_s, index_users)
     rt.every(settings.embed_gauge_s, gauges)
     rt.on_stop.append(close_providers)
 

@@ -20,7 +20,8 @@ from services.embedder.settings import EmbedderSettings
 from shared.embeddings import lifecycle, store
 from shared.embeddings.pipeline import Item, Options, Outcome, embed_items
 from shared.embeddings.providers import ProviderConfig, ProviderRegistry
-from shared.embeddings.user_settings import resolve_config
+from shared.embeddings.user_settings import resolve_configs
+from shared.embeddings.vector_index import Indexer
 from shared.errors import ConfigError
 from shared.events import EmbedKind, EmbedRequested, MemoryChanged
 from shared.streams import Delivery, Publisher, Rejections
@@ -51,6 +52,7 @@ async def handle_requests(
     settings: EmbedderSettings,
     registry: ProviderRegistry,
     metrics: EmbedderMetrics | None = None,
+    indexer: Indexer | None = None,
 ) -> Rejections:
     """Embed every pending row the requests name, texts of all requests merged per provider."""
     rejected: Rejections = {}
@@ -76,7 +78,7 @@ async def handle_requests(
                 for owner, row_id in await store.owners(pool, kind, ids):
                     wanted[owner][kind].add(row_id)
     await embed_wanted(pool, publisher, wanted, settings=settings, registry=registry,
-                       metrics=metrics)
+                       metrics=metrics, indexer=indexer)
     return rejected
 
 
@@ -88,29 +90,38 @@ async def embed_wanted(
     settings: EmbedderSettings,
     registry: ProviderRegistry,
     metrics: EmbedderMetrics | None = None,
+    indexer: Indexer | None = None,
 ) -> Outcome:
     items: list[Item] = []
     configs: dict[str, ProviderConfig] = {}
     opts = options(settings)
+    # Every user's settings in one read, every table's pending rows in one read each:
+    # a request from ingest names the turns of a batch, of many users.
+    resolved = await resolve_configs(pool, list(wanted), settings)
+    pending: dict[EmbedKind, list[tuple[str, Any]]] = defaultdict(list)
     for user_id, kinds in wanted.items():
-        try:
-            config = await resolve_config(pool, user_id, settings)
-        except ConfigError as exc:
+        config = resolved[user_id]
+        if isinstance(config, ConfigError):
             # The user's settings cannot be used now (e.g. the key cannot be decrypted):
             # keep their rows and try again later, with the reason on the rows.
             for kind, ids in kinds.items():
-                await store.defer(pool, user_id, kind, list(ids), error=str(exc),
+                await store.defer(pool, user_id, kind, list(ids), error=str(config),
                                   backoff_s=opts.retry_backoff_s, max_backoff_s=opts.retry_max_s)
             continue
         if config is None:
             continue  # full-text-only: rows stay pending until a provider is configured
         configs[user_id] = config
         for kind, ids in kinds.items():
-            rows = await store.fetch_pending(pool, user_id, kind, list(ids),
-                                             max_chars=settings.embed_max_chars)
-            items.extend(Item(user_id, row) for row in rows)
+            pending[kind].extend((user_id, i) for i in ids)
+    for kind, pairs in pending.items():
+        rows = await store.fetch_pending_many(pool, kind, pairs,
+                                              max_chars=settings.embed_max_chars)
+        items.extend(Item(user_id, row) for user_id, row in rows)
     outcome = await embed_items(pool, items, configs, registry=registry, options=opts,
                                 observer=metrics)
+    if indexer is not None:
+        for user_id, kind in {(it.user_id, it.row.kind) for it in items}:
+            indexer.note(user_id, kind)
     if outcome.memories_ready:
         await publisher.publish("memories", [
             MemoryChanged(memory_id=mid, user_id=uid, change="embedded")
@@ -126,6 +137,7 @@ async def retry_due(
     settings: EmbedderSettings,
     registry: ProviderRegistry,
     metrics: EmbedderMetrics | None = None,
+    indexer: Indexer | None = None,
     limit: int = 500,
 ) -> Outcome:
     """Embed rows whose provider was down and whose retry time has come."""
@@ -136,7 +148,7 @@ async def retry_due(
     if not wanted:
         return Outcome()
     return await embed_wanted(pool, publisher, wanted, settings=settings, registry=registry,
-                              metrics=metrics)
+                              metrics=metrics, indexer=indexer)
 
 
 async def refresh_gauges(pool: asyncpg.Pool, metrics: EmbedderMetrics) -> None:

@@ -38,6 +38,7 @@ from typing import Any, Literal
 import asyncpg
 
 from shared.db import Conn, Executor
+from shared.embeddings import vector_index
 from shared.errors import InvalidRequest
 
 Mode = Literal["hybrid", "fts_only", "semantic_only", "match_all"]
@@ -47,9 +48,6 @@ CANDIDATES_PER_SIGNAL = 50
 MAX_LIMIT = 50
 SEMANTIC_WEIGHT = 0.7
 LEXICAL_WEIGHT = 0.3
-# A user with at most this many embedded rows is scanned exactly: cheaper than
-# the index, and immune to the filtered-HNSW trap.
-EXACT_SCAN_MAX_ROWS = 5000
 SNIPPET_CHARS = 280
 
 # $1 user ($1 NULL = every user, admin only), $2 theme, $3 status, $4 types,
@@ -101,24 +99,37 @@ ORDER BY (m.embedding <=> $8::vector) + 0, m.id
 LIMIT {k}
 """
 
-# Index: the HNSW index of migration 0010 is on embedding::halfvec(D), so the
-# walk orders by that expression; with hnsw.iterative_scan (set by the caller)
-# it keeps walking until enough of this user's rows pass the filter. The score
-# still uses the full-precision distance.
+# Index: the HNSW index (migration 0050) is on embedding::halfvec(D) of the rows
+# marked vector_indexed (those of users listed for it: shared/embeddings/
+# vector_index.py), so the walk orders by that expression and names the mark;
+# with hnsw.iterative_scan (set by the caller) it keeps walking until enough of
+# this user's rows pass the filter. The score still uses the full-precision distance.
 SEMANTIC_INDEX = """
 SELECT {columns}, 1.0 / (1.0 + (m.embedding <=> $8::vector)) AS sim
 FROM memory_items m
-WHERE {scope} AND m.embedding_state = 'ready' {filters}
+WHERE {scope} AND m.vector_indexed AND m.embedding_state = 'ready' {filters}
 ORDER BY m.embedding::halfvec({dim}) <=> $8::vector::halfvec({dim})
 LIMIT {k}
 """
 
-COUNT_READY = """
-SELECT count(*) FROM (
-    SELECT 1 FROM memory_items
-    WHERE user_id = $1 AND embedding_state = 'ready'
-    LIMIT $2
-) AS r
+# Across users (admin): the index for listed users' rows, every other row exactly.
+SEMANTIC_ANY = """
+SELECT * FROM (
+    (SELECT {columns}, 1.0 / (1.0 + (m.embedding <=> $8::vector)) AS sim
+     FROM memory_items m
+     WHERE {scope} AND m.vector_indexed AND m.embedding_state = 'ready' {filters}
+     ORDER BY m.embedding::halfvec({dim}) <=> $8::vector::halfvec({dim})
+     LIMIT {k})
+    UNION ALL
+    (SELECT {columns}, 1.0 / (1.0 + (m.embedding <=> $8::vector)) AS sim
+     FROM memory_items m
+     WHERE {scope} AND NOT m.vector_indexed AND m.embedding_state = 'ready'
+       AND m.embedding IS NOT NULL {filters}
+     ORDER BY (m.embedding <=> $8::vector) + 0, m.id
+     LIMIT {k})
+) AS both_paths
+ORDER BY sim DESC, id
+LIMIT {k}
 """
 
 # enable_sort = off: for a user holding ~10% of the table the planner otherwise
@@ -151,7 +162,7 @@ STATEMENTS: dict[tuple[str, str], str] = {
 @functools.lru_cache(maxsize=8)
 def index_statement(scope: str, dim: int) -> str:
     """The HNSW variant; the index expression names the deployment's dimension."""
-    return _statement(SEMANTIC_INDEX, scope, int(dim))
+    return _statement(SEMANTIC_INDEX if scope == "user" else SEMANTIC_ANY, scope, int(dim))
 
 
 @dataclass(frozen=True)
@@ -338,27 +349,28 @@ def fuse(
     return SearchResult(mode, hits[:limit])
 
 
-# user -> (has more than EXACT_SCAN_MAX_ROWS ready rows, until when that answer holds).
-# A user crosses the threshold rarely and either path returns correct results,
-# so the probe (an index-only count of up to 5,001 rows, ~1-2 ms for a large
-# user) runs at most once per user per LARGE_USER_TTL seconds in a process.
+# user -> (whether their rows are all in the HNSW index, until when that holds).
+# A user is listed rarely and either path returns correct results, so the look-up
+# runs at most once per user per LARGE_USER_TTL seconds in a process.
 LARGE_USER_TTL = 60.0
 _LARGE_USERS_MAX = 10_000
 _large_users: dict[str, tuple[bool, float]] = {}
 
 
 async def uses_index(conn: Conn, user_id: str | None) -> bool:
-    """Whether a user's semantic search walks the HNSW index (else: exact scan)."""
+    """Whether a user's semantic search walks the HNSW index (else: exact scan).
+
+    Only users with more embedded memories than the exact scan handles well are
+    in the index (shared/embeddings/vector_index.py); the rest are scanned exactly."""
     now = time.monotonic()
     cached = _large_users.get(user_id or "")
     if cached is not None and cached[1] > now:
         return cached[0]
-    ready = await conn.fetchval(COUNT_READY, user_id, EXACT_SCAN_MAX_ROWS + 1)
-    large = ready > EXACT_SCAN_MAX_ROWS
+    large = user_id is not None and await vector_index.is_ready(conn, user_id, "memory")
     if len(_large_users) >= _LARGE_USERS_MAX:
         _large_users.clear()
     _large_users[user_id or ""] = (large, now + LARGE_USER_TTL)
-    return bool(large)
+    return large
 
 
 def _hit(r: asyncpg.Record, score: float, fts: bool, semantic: bool) -> Hit:

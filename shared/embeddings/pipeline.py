@@ -173,25 +173,26 @@ async def _store(
     pool: asyncpg.Pool, config: ProviderConfig, done: list[tuple[Item, list[float]]],
     native: list[int], errors: dict[Item, str], obs: Observer,
 ) -> Outcome:
-    """Write one chunk's vectors and errors in one transaction, per user and table."""
-    by_target: dict[tuple[str, EmbedKind], list[int]] = defaultdict(list)
+    """Write one chunk's vectors (one statement per table, every user's rows in it)
+    and errors in one transaction."""
+    by_kind: dict[EmbedKind, list[int]] = defaultdict(list)
     for n, (it, _) in enumerate(done):
-        by_target[(it.user_id, it.row.kind)].append(n)
+        by_kind[it.row.kind].append(n)
     err_target: dict[tuple[str, EmbedKind], dict[Any, str]] = defaultdict(dict)
     for it, msg in errors.items():
         err_target[(it.user_id, it.row.kind)][it.row.id] = msg
     outcome = Outcome()
     async with pool.acquire() as conn, conn.transaction():
-        for (user_id, kind), idx in by_target.items():
-            ids = await store.write_vectors(
-                conn, user_id, kind, provider=config.provider, model=config.model,
-                ids=[done[i][0].row.id for i in idx], vectors=[done[i][1] for i in idx],
-                native_dims=[native[i] for i in idx],
+        for kind, idx in by_kind.items():
+            written = await store.write_vectors_many(
+                conn, kind, provider=config.provider, model=config.model,
+                owners=[done[i][0].user_id for i in idx], ids=[done[i][0].row.id for i in idx],
+                vectors=[done[i][1] for i in idx], native_dims=[native[i] for i in idx],
             )
-            outcome.ready += len(ids)
-            outcome.skipped += len(idx) - len(ids)
+            outcome.ready += len(written)
+            outcome.skipped += len(idx) - len(written)
             if kind == "memory":
-                outcome.memories_ready.extend((user_id, i) for i in ids)
+                outcome.memories_ready.extend(written)
         for (user_id, kind), errs in err_target.items():
             ids = await store.mark_errors(
                 conn, user_id, kind, provider=config.provider, model=config.model, errors=errs

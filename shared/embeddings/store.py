@@ -42,28 +42,44 @@ TABLES: dict[EmbedKind, Table] = {
 }
 
 
+# WAITING: the statements that look rows up by id write "pending" as "neither
+# ready nor error" (the CHECK allows only those three). Said as "= 'pending'" it
+# lets the planner use the partial index of pending rows, whose statistics say
+# "almost none" while thousands wait after a burst: it then hashed every pending
+# row of the table for each 64-row write (bench/embed: 10 ms a write, ~3 s of
+# database CPU per 5,000 turns, taken from the model's cores). Said this way,
+# only the primary key can find them: 64 look-ups.
 def _statements(t: Table) -> dict[str, str]:
     # Table and column names come from the fixed TABLES above, never from input.
     return {
         "owners": f"""
             SELECT user_id, id FROM {t.name}
-            WHERE id = ANY($1::{t.id_type}[]) AND embedding_state = 'pending'
+            WHERE id = ANY($1::{t.id_type}[])
+              AND embedding_state NOT IN ('ready', 'error')  -- pending: see WAITING
         """,
+        # (owner, id) pairs, many users at once; a row comes back only to its owner
         "fetch": f"""
-            SELECT id, embedding_provider, embedding_model, {t.text_sql}
-            FROM {t.name}
-            WHERE user_id = $1 AND id = ANY($2::{t.id_type}[]) AND embedding_state = 'pending'
+            SELECT t.user_id, t.id, t.embedding_provider, t.embedding_model, {t.text_sql}
+            FROM unnest($1::text[], $2::{t.id_type}[]) AS u(user_id, id)
+            JOIN {t.name} AS t ON t.id = u.id AND t.user_id = u.user_id
+            WHERE t.embedding_state NOT IN ('ready', 'error')  -- pending: see WAITING
         """,
         "write": f"""
             UPDATE {t.name} AS t
             SET embedding = u.vec, embedding_state = 'ready', embedding_error = NULL,
                 embedding_provider = $3, embedding_model = $4, embedding_dims = u.dims,
-                embedded_at = now(), embedding_attempts = 0, embedding_retry_at = NULL
-            FROM unnest($2::{t.id_type}[], $5::vector[], $6::int[]) AS u(id, vec, dims)
-            WHERE t.user_id = $1 AND t.id = u.id AND t.embedding_state = 'pending'
+                embedded_at = now(), embedding_attempts = 0, embedding_retry_at = NULL,
+                -- into the HNSW index only for users listed for it (vector_index.py)
+                vector_indexed = EXISTS (
+                    SELECT 1 FROM vector_index_users v
+                    WHERE v.user_id = t.user_id AND v.kind = '{t.kind}')
+            FROM unnest($1::text[], $2::{t.id_type}[], $5::vector[], $6::int[])
+                 AS u(user_id, id, vec, dims)
+            WHERE t.user_id = u.user_id AND t.id = u.id
+              AND t.embedding_state NOT IN ('ready', 'error')  -- pending: see WAITING
               AND (t.embedding_provider IS NULL
                    OR (t.embedding_provider = $3 AND t.embedding_model = $4))
-            RETURNING t.id
+            RETURNING t.user_id, t.id
         """,
         "fail": f"""
             UPDATE {t.name} AS t
@@ -71,7 +87,8 @@ def _statements(t: Table) -> dict[str, str]:
                 embedding_provider = $3, embedding_model = $4, embedded_at = now(),
                 embedding_retry_at = NULL
             FROM unnest($2::{t.id_type}[], $5::text[]) AS u(id, error)
-            WHERE t.user_id = $1 AND t.id = u.id AND t.embedding_state = 'pending'
+            WHERE t.user_id = $1 AND t.id = u.id
+              AND t.embedding_state NOT IN ('ready', 'error')  -- pending: see WAITING
               AND (t.embedding_provider IS NULL
                    OR (t.embedding_provider = $3 AND t.embedding_model = $4))
             RETURNING t.id
@@ -96,10 +113,11 @@ SQL: dict[EmbedKind, dict[str, str]] = {k: _statements(t) for k, t in TABLES.ite
 
 # A turn is embedded with who said it and when (docs/retrieval.md: what each bought).
 SQL["message"]["fetch"] = """
-    SELECT m.id, m.embedding_provider, m.embedding_model, m.content, m.role, m.tool_name,
-           m.tool_args, m.tool_result, m.display_name, m.occurred_at
-    FROM messages m
-    WHERE m.user_id = $1 AND m.id = ANY($2::bigint[]) AND m.embedding_state = 'pending'
+    SELECT m.user_id, m.id, m.embedding_provider, m.embedding_model, m.content, m.role,
+           m.tool_name, m.tool_args, m.tool_result, m.display_name, m.occurred_at
+    FROM unnest($1::text[], $2::bigint[]) AS u(user_id, id)
+    JOIN messages AS m ON m.id = u.id AND m.user_id = u.user_id
+    WHERE m.embedding_state NOT IN ('ready', 'error')  -- pending: see WAITING
 """
 
 
@@ -166,10 +184,24 @@ async def fetch_pending(
     max_chars: int,
 ) -> list[Row]:
     """The user's rows among ``ids`` that still wait for a vector, with their text."""
-    if not ids:
+    return [row for _, row in await fetch_pending_many(
+        conn, kind, [(user_id, i) for i in ids], max_chars=max_chars)]
+
+
+async def fetch_pending_many(
+    conn: Executor,
+    kind: EmbedKind,
+    wanted: Sequence[tuple[str, int | uuid.UUID]],
+    *,
+    max_chars: int,
+) -> list[tuple[str, Row]]:
+    """(owner, row) for the (owner, id) pairs still waiting for a vector: many users'
+    rows in one statement, each only if it belongs to the user it was asked for."""
+    if not wanted:
         return []
+    owners, ids = zip(*wanted, strict=True)
     out = []
-    for r in await conn.fetch(SQL[kind]["fetch"], user_id, list(ids)):
+    for r in await conn.fetch(SQL[kind]["fetch"], list(owners), list(ids)):
         if kind == "message":
             text = message_text(
                 r["content"], r["role"], r["tool_name"], r["tool_args"], r["tool_result"],
@@ -177,8 +209,8 @@ async def fetch_pending(
             ) if r["content"] or r["tool_name"] or r["role"] == "tool" else ""
         else:
             text = r["content"] or ""
-        out.append(Row(kind, r["id"], text.strip()[:max_chars], r["embedding_provider"],
-                       r["embedding_model"]))
+        out.append((r["user_id"], Row(kind, r["id"], text.strip()[:max_chars],
+                                      r["embedding_provider"], r["embedding_model"])))
     return out
 
 
@@ -193,14 +225,35 @@ async def write_vectors(
     vectors: Sequence[Sequence[float]],
     native_dims: Sequence[int],
 ) -> list[Any]:
-    """Store vectors (already fitted to the column); return the ids that became ready."""
+    """Store one user's vectors (already fitted to the column); return the ids that
+    became ready."""
+    written = await write_vectors_many(
+        conn, kind, provider=provider, model=model, owners=[user_id] * len(ids), ids=ids,
+        vectors=vectors, native_dims=native_dims,
+    )
+    return [row_id for _, row_id in written]
+
+
+async def write_vectors_many(
+    conn: Executor,
+    kind: EmbedKind,
+    *,
+    provider: str,
+    model: str,
+    owners: Sequence[str],
+    ids: Sequence[int | uuid.UUID],
+    vectors: Sequence[Sequence[float]],
+    native_dims: Sequence[int],
+) -> list[tuple[str, Any]]:
+    """Store vectors of many users' rows in one statement, each row matched on its
+    owner and id; return (owner, id) of the rows that became ready."""
     if not ids:
         return []
     rows = await conn.fetch(
-        SQL[kind]["write"], user_id, list(ids), provider, model,
+        SQL[kind]["write"], list(owners), list(ids), provider, model,
         [Vector(list(v)) for v in vectors], list(native_dims),
     )
-    return [r["id"] for r in rows]
+    return [(r["user_id"], r["id"]) for r in rows]
 
 
 async def mark_errors(

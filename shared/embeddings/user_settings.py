@@ -12,6 +12,7 @@ Read on each call, so a change applies at once. Precedence (Nova 3.1.3):
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -30,12 +31,17 @@ from shared.embeddings.providers import (
     system_config,
 )
 from shared.embeddings.settings import EmbeddingSettings
-from shared.errors import ProviderError
+from shared.errors import ConfigError, ProviderError
 from shared.settings import CommonSettings
 
 GET_SETTINGS = """
 SELECT enabled, provider, endpoint_url, model, api_key_enc, dimensions, updated_at
 FROM embedding_settings WHERE user_id = $1
+"""
+
+GET_SETTINGS_MANY = """
+SELECT user_id, enabled, provider, endpoint_url, model, api_key_enc, dimensions, updated_at
+FROM embedding_settings WHERE user_id = ANY($1::text[])
 """
 
 ENSURE_USER = "INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"
@@ -154,6 +160,22 @@ async def resolve_config(
     s = as_embedding_settings(settings)
     row = await pool.fetchrow(GET_SETTINGS, user_id)
     return choose(s, row)
+
+
+async def resolve_configs(
+    pool: Executor, user_ids: Sequence[str], settings: CommonSettings
+) -> dict[str, ProviderConfig | None | ConfigError]:
+    """``resolve_config`` for many users in one read: each user's configuration, None
+    (full-text-only), or the ConfigError that makes theirs unusable right now."""
+    s = as_embedding_settings(settings)
+    rows = {r["user_id"]: r for r in await pool.fetch(GET_SETTINGS_MANY, list(user_ids))}
+    out: dict[str, ProviderConfig | None | ConfigError] = {}
+    for user_id in user_ids:
+        try:
+            out[user_id] = choose(s, rows.get(user_id))
+        except ConfigError as exc:
+            out[user_id] = exc
+    return out
 
 
 async def resolve_embedder(

@@ -153,6 +153,7 @@ async def test_a_user_with_50_items_among_many_still_gets_k_results(make_setting
     import numpy as np
 
     from services.query import search as search_module
+    from shared.embeddings import vector_index
 
     big, small = f"big-{uuid.uuid4().hex[:8]}", f"small-{uuid.uuid4().hex[:8]}"
     q = np.asarray(unit(100), dtype=np.float32)
@@ -168,6 +169,8 @@ async def test_a_user_with_50_items_among_many_still_gets_k_results(make_setting
         await conn.copy_records_to_table(
             "memory_items", records=rows(big, 6000, 0.02) + rows(small, 50, 0.2),
             columns=["user_id", "type", "content", "embedding", "embedding_state"])
+    # as the embedder does once a user passes the exact-scan limit
+    await vector_index.index_user(pool, big, "memory", settle_s=0)
     params = search_module.SearchParams(query="zebra", limit=20)
     for user in (small, big):
         result = await search_module.search(pool, params, user_id=user, vector=list(q))

@@ -1,0 +1,136 @@
+"""Which users' rows are in the HNSW indexes (migration 0050).
+
+A user with few embedded rows of a table is searched exactly; their rows stay out
+of the table's HNSW index, so writing their vectors costs no index insert. Once
+they have more than ``min_rows`` embedded rows, the embedder lists them in
+``vector_index_users``, marks their rows ``vector_indexed`` (PostgreSQL inserts
+them into the partial index), and sets ``ready``; from then on every vector
+written for them is marked at once (``store``'s write statement), and searches
+walk the index for them (``is_ready``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from shared.db import Executor
+from shared.embeddings.store import TABLES
+from shared.events import EmbedKind
+
+log = logging.getLogger(__name__)
+
+MIN_ROWS = 5000
+MARK_BATCH = 2000
+# Longer than any write transaction that may have read the list before this user
+# was on it (the embedder's are a few milliseconds): after it, no unmarked vector
+# of theirs can still appear, and a last pass finds every one.
+SETTLE_S = 2.0
+
+IS_READY = "SELECT ready FROM vector_index_users WHERE user_id = $1 AND kind = $2"
+LIST = """
+INSERT INTO vector_index_users (user_id, kind) VALUES ($1, $2)
+ON CONFLICT (user_id, kind) DO NOTHING
+"""
+SET_READY = "UPDATE vector_index_users SET ready = true WHERE user_id = $1 AND kind = $2"
+COUNT_READY = {
+    kind: f"""
+        SELECT count(*) FROM (
+            SELECT 1 FROM {t.name} WHERE user_id = $1 AND embedding_state = 'ready' LIMIT $2
+        ) AS r
+    """
+    for kind, t in TABLES.items()
+}
+MARK = {
+    kind: f"""
+        UPDATE {t.name} SET vector_indexed = true
+        WHERE id IN (
+            SELECT id FROM {t.name}
+            WHERE user_id = $1 AND embedding IS NOT NULL AND NOT vector_indexed
+            LIMIT $2
+        )
+    """
+    for kind, t in TABLES.items()
+}
+
+
+async def is_ready(conn: Executor, user_id: str, kind: EmbedKind) -> bool:
+    """Whether every vector of this user's in ``kind``'s table is in its HNSW index."""
+    return bool(await conn.fetchval(IS_READY, user_id, kind))
+
+
+async def index_user(
+    conn: Executor, user_id: str, kind: EmbedKind, *, batch: int = MARK_BATCH,
+    settle_s: float = SETTLE_S,
+) -> int:
+    """List the user, put all their vectors of ``kind`` into the index, set ready.
+
+    Safe to run twice or in two processes at once (each batch marks what is still
+    unmarked); returns the rows this call marked."""
+    await conn.execute(LIST, user_id, kind)
+    started = time.monotonic()
+    marked = await _mark_all(conn, user_id, kind, batch)
+    await asyncio.sleep(settle_s)
+    marked += await _mark_all(conn, user_id, kind, batch)
+    await conn.execute(SET_READY, user_id, kind)
+    log.info("vector index: %d %s row(s) of user %s indexed in %.1f s", marked,
+             TABLES[kind].name, user_id, time.monotonic() - started)
+    return marked
+
+
+async def _mark_all(conn: Executor, user_id: str, kind: EmbedKind, batch: int) -> int:
+    total = 0
+    while True:
+        status = await conn.execute(MARK[kind], user_id, batch)
+        n = int(status.split()[-1])
+        total += n
+        if n < batch:
+            return total
+        log.info("vector index: %d %s row(s) of user %s indexed so far", total,
+                 TABLES[kind].name, user_id)
+
+
+class Indexer:
+    """Lists users whose tables outgrow exact search; one per embedder process.
+
+    ``note`` is called for every (user, table) that got vectors; ``run`` (the
+    embedder's periodic job) checks those due: a user found small is not counted
+    again for ``recheck_s``; one found listed and ready never again."""
+
+    def __init__(self, *, min_rows: int = MIN_ROWS, recheck_s: float = 60.0,
+                 settle_s: float = SETTLE_S) -> None:
+        self.min_rows = min_rows
+        self.recheck_s = recheck_s
+        self.settle_s = settle_s
+        self._due: set[tuple[str, EmbedKind]] = set()
+        self._small_until: dict[tuple[str, EmbedKind], float] = {}
+        self._ready: set[tuple[str, EmbedKind]] = set()
+
+    def note(self, user_id: str, kind: EmbedKind) -> None:
+        key = (user_id, kind)
+        if key in self._ready or self._small_until.get(key, 0.0) > time.monotonic():
+            return
+        self._due.add(key)
+
+    async def run(self, conn: Executor) -> int:
+        """Check the users due; index those over the limit. Returns users indexed."""
+        due, self._due = self._due, set()
+        if len(self._small_until) > 100_000:
+            self._small_until.clear()
+        indexed = 0
+        for user_id, kind in sorted(due):
+            ready = await conn.fetchval(IS_READY, user_id, kind)
+            if ready:
+                self._ready.add((user_id, kind))
+                continue
+            if ready is None:  # not listed: count up to the limit
+                n = await conn.fetchval(COUNT_READY[kind], user_id, self.min_rows + 1)
+                if n <= self.min_rows:
+                    self._small_until[(user_id, kind)] = time.monotonic() + self.recheck_s
+                    continue
+            # over the limit, or listed by a process that did not finish: (re)do it
+            await index_user(conn, user_id, kind, settle_s=self.settle_s)
+            self._ready.add((user_id, kind))
+            indexed += 1
+        return indexed
