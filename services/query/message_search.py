@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import asyncpg
 
+from shared.embeddings import vector_index
 from shared.errors import InvalidRequest
 
 Mode = Literal["fused", "hybrid", "rrf", "fts", "bm25", "semantic"]
@@ -40,7 +41,6 @@ DEFAULT_MODE: Mode = "fused"
 
 MAX_LIMIT = 50
 CANDIDATES = 100
-EXACT_SCAN_MAX_ROWS = 5000
 SNIPPET_CHARS = 400
 RRF_K = 60.0
 
@@ -137,9 +137,10 @@ _SEMANTIC_EXACT = """
         LIMIT $12
     )"""
 
-# Index: ordered by the indexed expression so the HNSW walk is used; the
-# caller sets hnsw.iterative_scan so the walk goes on until k of this user's rows
-# pass the filter. The score still uses the full-precision distance.
+# Index: ordered by the indexed expression, and naming the partial index's
+# predicate (vector_indexed: users listed for the index, migration 0050), so the
+# HNSW walk is used; the caller sets hnsw.iterative_scan so the walk goes on until
+# k of this user's rows pass the filter. The score uses the full-precision distance.
 _SEMANTIC_INDEX = """
     semantic AS MATERIALIZED (
         SELECT w.id, w.sim, row_number() OVER (ORDER BY w.walk, w.id) AS pos
@@ -147,7 +148,7 @@ _SEMANTIC_INDEX = """
             SELECT m.id, 1.0 / (1.0 + (m.embedding <=> $3::vector)) AS sim,
                    m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim}) AS walk
             FROM messages m
-            WHERE m.user_id = $1 AND m.embedding_state = 'ready' {filters}
+            WHERE m.user_id = $1 AND m.vector_indexed AND m.embedding_state = 'ready' {filters}
             ORDER BY m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim})
             LIMIT $12
         ) AS w
@@ -211,13 +212,6 @@ ORDER BY f.score DESC, m.occurred_at DESC, m.id
 LIMIT $8
 """
 
-COUNT_READY = """
-SELECT count(*) FROM (
-    SELECT 1 FROM messages
-    WHERE user_id = $1 AND embedding_state = 'ready'
-    LIMIT $2
-) AS r
-"""
 
 # As in services/query/search.py: enable_sort off, or the planner sorts all of a
 # big user's rows instead of walking the graph.
@@ -347,8 +341,9 @@ async def _fetch(
     vector = args[2]
     if vector is None:
         return list(await conn.fetch(EXACT[lexical], *args))
-    ready = await conn.fetchval(COUNT_READY, user_id, EXACT_SCAN_MAX_ROWS + 1)
-    if ready <= EXACT_SCAN_MAX_ROWS:
+    # Only users with many embedded turns are in the HNSW index (the embedder lists
+    # them: shared/embeddings/vector_index.py); everyone else is compared exactly.
+    if not await vector_index.is_ready(conn, user_id, "message"):
         return list(await conn.fetch(EXACT[lexical], *args))
     async with conn.transaction():
         await conn.execute(ITERATIVE_SCAN)

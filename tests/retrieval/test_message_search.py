@@ -10,6 +10,7 @@ import pytest
 from services.query import message_search
 from services.query.app import create_app
 from services.query.settings import QuerySettings
+from shared.embeddings import vector_index
 from tests.query.helpers import FailingEmbedder, FixedEmbedder, auth, resolver_for, unit
 from tests.retrieval.helpers import T, add_turns
 from tests.support import running
@@ -136,15 +137,18 @@ async def test_a_user_never_sees_another_users_turns(make_settings, pool, user_i
 
 
 async def test_a_big_user_walks_the_index_and_still_gets_k_results(
-        make_settings, pool, user_id, monkeypatch):
-    # Force the HNSW path (as for a user past EXACT_SCAN_MAX_ROWS) with another
-    # user's 3,000 turns closer to the query than any of ours: the filtered-HNSW trap.
-    monkeypatch.setattr(message_search, "EXACT_SCAN_MAX_ROWS", 5)
+        make_settings, pool, user_id):
+    # The HNSW path (both users listed for the index, as the embedder does past the
+    # exact-scan limit) with another user's 3,000 turns closer to the query than any
+    # of ours: the filtered-HNSW trap.
     crowd = f"user-{uuid.uuid4().hex[:12]}"
     await add_turns(pool, crowd, [T(f"crowd {i}", unit(1000 + i, near=Q, noise=0.2))
                                   for i in range(3000)])
     _, mine = await add_turns(pool, user_id, [T(f"mine {i}", unit(5000 + i, near=Q, noise=0.9))
                                               for i in range(40)])
+    for who in (crowd, user_id):
+        await vector_index.index_user(pool, who, "message", settle_s=0)
+    assert await vector_index.is_ready(pool, user_id, "message")  # so: the index path
     async with running(_app(make_settings)) as client:
         h = await auth(pool, user_id)
         body = await _search(client, h, "anything", mode="semantic", limit=30)
