@@ -16,7 +16,14 @@ What callers may rely on:
   normalised over that set (semantic as ``1 / (1 + distance)``),
   ``0.7 * semantic + 0.3 * lexical``;
 - ``fused`` (the default) is the same min-max fusion of ``bm25`` and ``semantic``
-  over the top 100 of each, weighted 0.6 / 0.4; ``rrf`` fuses ``fts`` and
+  over the top 100 of each, weighted 0.6 / 0.4, then read in context: a turn
+  inside a calendar period the query names ("in May 2023", services/query/periods.py)
+  is lifted by 0.3, and every turn gains a share of the best-scoring turn 1, 2 and
+  3 places before or after it in the same episode (0.5, 0.3, 0.2 of its score),
+  so an answer next to the matching question is found, and neighbours of strong
+  hits are returned; its score is divided by the largest it could reach, so it
+  stays in [0, 1] (a turn found only as a neighbour has no signal set);
+  ``rrf`` fuses ``fts`` and
   ``semantic`` by reciprocal rank, ``Σ 1 / (60 + rank)`` (docs/retrieval.md has
   the measurements behind each choice);
 - with no query vector (no embedder, or it failed) a mode that needs one falls
@@ -32,6 +39,7 @@ from typing import Any, Literal
 
 import asyncpg
 
+from services.query.periods import periods
 from shared.embeddings import vector_index
 from shared.errors import InvalidRequest
 
@@ -54,11 +62,15 @@ class Fusion:
     w_lex: float
     lexical: Literal["ts_rank", "bm25"] = "ts_rank"
     candidates: int = CANDIDATES
+    # the share of a neighbour's score 1, 2, ... turns away; () = none
+    neighbours: tuple[float, ...] = ()
+    # added to a turn inside a period the query names; 0 = dates not read
+    date_lift: float = 0.0
 
 
 FUSIONS: dict[Mode, Fusion] = {
     # the default: BM25 (speaker included) and cosine, min-max, 0.6 / 0.4
-    "fused": Fusion("minmax", 0.4, 0.6, "bm25"),
+    "fused": Fusion("minmax", 0.4, 0.6, "bm25", neighbours=(0.5, 0.3, 0.2), date_lift=0.3),
     "hybrid": Fusion("minmax", 0.7, 0.3, "ts_rank", 50),  # Nova 3.2 as specified: top 50 each
     "rrf": Fusion("rrf", 1.0, 1.0),
     "fts": Fusion("minmax", 0.0, 1.0),
@@ -69,7 +81,8 @@ FUSIONS: dict[Mode, Fusion] = {
 # $1 user, $2 query text (NULL = no lexical side), $3 query vector (NULL = no
 # semantic side), $4 chat, $5 episode, $6 since, $7 until, $8 limit,
 # $9 fusion ('minmax' | 'rrf'), $10 semantic weight, $11 lexical weight,
-# $12 candidates taken from each signal.
+# $12 candidates taken from each signal, $13 / $14 starts / ends of the periods the
+# query names, $15 the lift of a turn inside one, $16 the neighbours' shares.
 _FILTERS = """
           AND ($4::text IS NULL OR m.chat_id = $4)
           AND ($5::uuid IS NULL OR m.episode_id = $5)
@@ -88,7 +101,7 @@ lexical AS (
     ) AS l
 )"""
 
-# BM25 (k1 = 1.2, b = 0.75) over the user's own turns, each turn's document being
+# BM25 (k1 = 1.2, b = 0.5) over the user's own turns, each turn's document being
 # its content plus its speaker's name (so "what did Ann say about ..." prefers
 # Ann's turns). Document length is the number of distinct lexemes.
 _LEXICAL_BM25 = """
@@ -112,7 +125,7 @@ lexical AS (
     FROM (
         SELECT d.id,
                sum(ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5))
-                   * u.tf * 2.2 / (u.tf + 1.2 * (0.25 + 0.75 * length(d.v) / c.avgdl))
+                   * u.tf * 2.2 / (u.tf + 1.2 * (0.5 + 0.5 * length(d.v) / c.avgdl))
                )::float8 AS rank
         FROM doc d CROSS JOIN corpus c,
              LATERAL (SELECT x.lexeme, coalesce(cardinality(x.positions), 1) AS tf
@@ -203,12 +216,56 @@ fused AS (
     FROM scored s
     -- a list given no weight contributes no candidates either
     WHERE (s.w_sem > 0 AND s.sim IS NOT NULL) OR (s.w_lex > 0 AND s.rank IS NOT NULL)
+),
+dated AS (
+    -- a turn inside a period the query names is lifted
+    SELECT f.*, m.episode_id, m.occurred_at,
+           f.score + CASE WHEN EXISTS (
+               SELECT 1 FROM unnest($13::timestamptz[], $14::timestamptz[]) AS p(lo, hi)
+               WHERE m.occurred_at >= p.lo AND m.occurred_at < p.hi
+           ) THEN $15::float8 ELSE 0.0 END AS lifted
+    FROM fused f JOIN messages m ON m.id = f.id AND m.user_id = $1
+),
+near AS (
+    -- the turns up to cardinality($16) places before and after each candidate in
+    -- its episode (messages_episode_order_idx), with their distance to it
+    SELECT n.id, n.dist, d.lifted
+    FROM dated d CROSS JOIN LATERAL (
+        SELECT b.id, row_number() OVER (ORDER BY b.occurred_at DESC, b.id DESC) AS dist
+        FROM (SELECT m.id, m.occurred_at FROM messages m
+              WHERE m.episode_id = d.episode_id AND m.user_id = $1
+                AND (m.occurred_at, m.id) < (d.occurred_at, d.id) {filters}
+              ORDER BY m.occurred_at DESC, m.id DESC
+              LIMIT cardinality($16::float8[])) AS b
+        UNION ALL
+        SELECT a.id, row_number() OVER (ORDER BY a.occurred_at, a.id) AS dist
+        FROM (SELECT m.id, m.occurred_at FROM messages m
+              WHERE m.episode_id = d.episode_id AND m.user_id = $1
+                AND (m.occurred_at, m.id) > (d.occurred_at, d.id) {filters}
+              ORDER BY m.occurred_at, m.id
+              LIMIT cardinality($16::float8[])) AS a
+    ) AS n
+),
+smoothed AS (
+    -- own score plus, per distance, its share of the better of the two neighbours
+    SELECT c.id, sum(c.part) AS score
+    FROM (SELECT id, lifted AS part FROM dated
+          UNION ALL
+          SELECT id, ($16::float8[])[dist] * max(lifted) FROM near GROUP BY id, dist) AS c
+    GROUP BY c.id
+),
+ceiling AS (
+    -- the largest score a turn could reach, so scores stay in [0, 1]
+    SELECT 1.0 + CASE WHEN cardinality($13::timestamptz[]) > 0 THEN $15::float8 ELSE 0.0 END
+               + coalesce((SELECT sum(w) FROM unnest($16::float8[]) AS w), 0.0) AS top
 )
 SELECT m.id, m.external_id, m.episode_id, m.chat_id, m.role, m.display_name, m.content,
-       m.occurred_at, f.score, f.rank AS lex_rank, f.sim AS similarity,
-       f.lex_pos, f.sem_pos, f.n_lex, f.n_sem
-FROM fused f JOIN messages m ON m.id = f.id AND m.user_id = $1
-ORDER BY f.score DESC, m.occurred_at DESC, m.id
+       m.occurred_at, (s.score / c.top)::float8 AS score, d.rank AS lex_rank,
+       d.sim AS similarity, d.lex_pos, d.sem_pos
+FROM smoothed s CROSS JOIN ceiling c
+     JOIN messages m ON m.id = s.id AND m.user_id = $1
+     LEFT JOIN dated d ON d.id = s.id
+ORDER BY s.score DESC, m.occurred_at DESC, m.id
 LIMIT $8
 """
 
@@ -323,12 +380,15 @@ async def search_messages(
     if vector is None and FUSIONS[mode].w_sem > 0:
         mode = "bm25" if FUSIONS[mode].lexical == "bm25" else "fts"
     fusion = FUSIONS[mode]
+    named = periods(q.query) if fusion.date_lift > 0 else []
     args: list[Any] = [
         user_id,
         q.query if fusion.w_lex > 0 else None,
         vector if fusion.w_sem > 0 else None,
         q.chat_id, q.episode_id, q.since, q.until, q.limit,
         fusion.kind, fusion.w_sem, fusion.w_lex, max(fusion.candidates, q.limit),
+        [lo for lo, _ in named], [hi for _, hi in named], fusion.date_lift,
+        list(fusion.neighbours),
     ]
     async with pool.acquire() as conn:
         rows = await _fetch(conn, user_id, fusion.lexical, args)

@@ -221,3 +221,70 @@ async def test_the_default_fuses_bm25_and_semantic_and_falls_back_to_bm25(
         body = await _search(client, h, "hiking trip")
     assert body["mode"] == "bm25"
     assert [r["id"] for r in body["results"]][:2] == [ids[0], ids[2]]
+
+
+async def test_the_default_brings_up_the_answer_next_to_the_matching_turn(
+        make_settings, pool, user_id):
+    # the question names the words; the answer after it names none of them (and
+    # has no vector yet, so no signal can find it)
+    episode, ids = await add_turns(pool, user_id, [
+        T("how was the hiking trip with your sister?", Q, speaker="Ann"),
+        T("wonderful, we reached the glacier on day two", speaker="Bob", role="assistant"),
+        T("unrelated small talk", speaker="Ann"),
+        T("more unrelated small talk", speaker="Bob", role="assistant"),
+        T("still nothing", speaker="Ann"),
+        T("the end of it", speaker="Bob", role="assistant"),
+    ])
+    _, elsewhere = await add_turns(pool, user_id, [T("a trip")])
+    # at the same times as the turns above, but an episode of its own
+    _, apart = await add_turns(pool, user_id, [T("the glacier"), T("again the glacier")])
+    async with running(_app(make_settings)) as client:
+        body = await _search(client, await auth(pool, user_id), "hiking trip")
+    assert body["mode"] == "fused"
+    got = {r["id"]: r for r in body["results"]}
+    order = [r["id"] for r in body["results"]]
+    assert order[0] == ids[0]
+    # found as a neighbour only: no signal, yet above a weak match of its own
+    answer = got[ids[1]]
+    assert not answer["signals"]["fts"] and not answer["signals"]["semantic"]
+    assert order.index(ids[1]) < order.index(elsewhere[0])
+    # neighbours reach 3 turns either way, within the episode only
+    assert ids[3] in got and ids[4] not in got and not set(apart) & set(got)
+    assert answer["score"] > got[ids[2]]["score"] > got[ids[3]]["score"] > 0
+    assert all(0.0 <= r["score"] <= 1.0 for r in body["results"])
+    assert body["results"][0]["episode_id"] == str(episode)
+
+
+async def test_neighbours_respect_the_filters_and_the_user(make_settings, pool, user_id):
+    t0 = datetime(2024, 1, 1, 12, tzinfo=UTC)
+    episode, ids = await add_turns(pool, user_id, [
+        T("what about the pottery class?", Q, at=t0),
+        T("it starts next week", at=t0 + timedelta(minutes=1)),  # no vector: a neighbour
+    ])
+    other = f"user-{uuid.uuid4().hex[:12]}"
+    await add_turns(pool, other, [T("pottery class secret", Q, at=t0),
+                                  T("the other user's answer", unit(31), at=t0)])
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+
+        async def found(**kw):
+            return [r["id"] for r in (await _search(client, h, "pottery class", **kw))["results"]]
+
+        assert await found() == ids
+        assert await found(until=(t0 + timedelta(seconds=30)).isoformat()) == ids[:1]
+        assert await found(chat_id="elsewhere") == []
+
+
+async def test_a_turn_in_the_period_the_query_names_comes_first(make_settings, pool, user_id):
+    may, june = datetime(2024, 5, 10, tzinfo=UTC), datetime(2024, 6, 10, tzinfo=UTC)
+    _, in_june = await add_turns(pool, user_id, [T("the hiking trip was fun", Q, at=june)])
+    _, in_may = await add_turns(pool, user_id, [T("the hiking trip was fun", Q, at=may)])
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+        for query, first in (("hiking trip in May 2024", in_may), ("hiking trip", in_june),
+                             ("hiking trip on 10 June 2024", in_june)):
+            body = await _search(client, h, query)
+            assert body["results"][0]["id"] == first[0], query
+        # the lift is the default's: other modes rank the two turns alike
+        body = await _search(client, h, "hiking trip in May 2024", mode="bm25")
+        assert body["results"][0]["score"] == body["results"][1]["score"]
