@@ -45,6 +45,7 @@ from services.query.context.auto import assemble_auto
 from services.query.context.models import ContextIn
 from shared.db import connect, create_pool
 from shared.embedded import EmbeddedRedis, free_port
+from shared.embeddings import vector_index
 from shared.memory.people import resolve_person
 from shared.memory.recall import embed_query
 from shared.migrate import migrate
@@ -171,8 +172,15 @@ async def load(url: str, user_id: str, *, memories: int, messages: int, seed: in
                          "content", "occurred_at", "embedding", "embedding_state",
                          "embedding_provider", "embedding_model", "embedding_dims"])
             progress("messages", i + n, messages, started)
-        print("  analyze ...", flush=True)
-        await conn.execute("ANALYZE memory_items; ANALYZE messages; ANALYZE people")
+        # what the embedder does for a user past the exact-scan limit (shared/
+        # embeddings/vector_index.py): list them, so their rows join the HNSW indexes
+        for kind, n in (("memory", memories), ("message", messages)):
+            if n > vector_index.MIN_ROWS:
+                print(f"  listing the user's {kind} rows for the vector index ...", flush=True)
+                await vector_index.index_user(conn, user_id, kind, settle_s=0)
+        print("  vacuum analyze ...", flush=True)  # as autovacuum would after the marking
+        for table in ("memory_items", "messages", "people"):
+            await conn.execute(f"VACUUM ANALYZE {table}")
     await pool.close()
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import asyncpg
 
 from shared.db import Conn, Executor
+from shared.embeddings import vector_index
 from shared.memory.remember import Chat
 from shared.memory.vectors import tsquery
 
@@ -31,26 +32,50 @@ from shared.memory.vectors import tsquery
 # $1 user, $2 query vector (or NULL), $3 query text, $4 chat provider, $5 chat id,
 # $6 caller is a member of that chat, $7 subject person (or NULL),
 # $8 include superseded, $9 limit, $10 embedding model of $2, $11 memory types (or NULL)
-_VISIBLE = """
-    ((m.user_id = $1 AND m.scope = 'personal')
-     OR ($5::text IS NOT NULL AND m.scope = 'chat' AND m.provider = $4 AND m.chat_id = $5
-         AND (m.user_id = $1 OR $6::bool)))
+_LIVE = """
     AND m.status = 'active'
     AND (m.expires_at IS NULL OR m.expires_at > now())
     AND ($8::bool OR m.superseded_at IS NULL)
     AND ($7::uuid IS NULL OR $7::uuid = ANY (m.subjects))
     AND ($11::text[] IS NULL OR m.type = ANY ($11::text[]))
 """
-
-SEARCH_MEMORIES = f"""
-WITH q AS (SELECT {tsquery(3)} AS tsq),
+_CHAT = """($5::text IS NOT NULL AND m.scope = 'chat' AND m.provider = $4 AND m.chat_id = $5
+         AND (m.user_id = $1 OR $6::bool))"""
+_VISIBLE = f"""
+    ((m.user_id = $1 AND m.scope = 'personal')
+     OR {_CHAT})
+    {_LIVE}
+"""
+_NEAREST = "m.embedding::halfvec({dim}) <=> $2::vector::halfvec({dim})"
+_SEMANTIC = f"""
 semantic AS (
     SELECT m.id FROM memory_items m
     WHERE $2::vector IS NOT NULL AND m.embedding_state = 'ready' AND m.embedding_model = $10
       AND {_VISIBLE}
-    ORDER BY m.embedding::halfvec({{dim}}) <=> $2::vector::halfvec({{dim}})
+    ORDER BY {_NEAREST}
     LIMIT $9 * 4
-),
+),"""
+# For a user whose memories are in the HNSW index (migration 0050: listed users
+# only): their own through the index (naming its predicate, vector_indexed), the
+# chat's shared ones, few, exactly.
+_SEMANTIC_INDEXED = f"""
+semantic AS (
+    (SELECT m.id FROM memory_items m
+     WHERE $2::vector IS NOT NULL AND m.vector_indexed AND m.embedding_state = 'ready'
+       AND m.embedding_model = $10 AND m.user_id = $1 AND m.scope = 'personal' {_LIVE}
+     ORDER BY {_NEAREST}
+     LIMIT $9 * 4)
+    UNION ALL
+    (SELECT m.id FROM memory_items m
+     WHERE $2::vector IS NOT NULL AND m.embedding_state = 'ready' AND m.embedding_model = $10
+       AND {_CHAT} {_LIVE}
+     ORDER BY (m.embedding <=> $2::vector) + 0
+     LIMIT $9 * 4)
+),"""
+
+SEARCH_MEMORIES = f"""
+WITH q AS (SELECT {tsquery(3)} AS tsq),
+{{semantic}}
 lexical AS (
     SELECT m.id FROM memory_items m, q
     WHERE m.fts @@ q.tsq AND {_VISIBLE}
@@ -96,7 +121,7 @@ WITH near AS (
     SELECT id, role, content, provider, chat_id, occurred_at,
            1 - (embedding <=> $2::vector) AS similarity
     FROM messages
-    WHERE user_id = $1 AND embedding_state = 'ready' AND embedding_model = $5
+    WHERE user_id = $1 AND embedding_state = 'ready' AND embedding_model = $5 {indexed}
       AND role IN ('user', 'assistant') AND content <> '' AND content <> $3
     ORDER BY embedding::halfvec({dim}) <=> $2::vector::halfvec({dim})
     LIMIT $4 * 4
@@ -162,7 +187,13 @@ async def _iterative(
 
 
 @functools.cache
-def _sql(template: str, dim: int) -> str:
+def _sql(template: str, dim: int, indexed: bool = False) -> str:
+    """``template`` for this deployment's dimension; ``indexed``: for a user whose
+    rows are in the (partial) HNSW index, so the walk can use it."""
+    if template is SEARCH_MEMORIES:
+        template = template.replace("{semantic}", _SEMANTIC_INDEXED if indexed else _SEMANTIC)
+    else:
+        template = template.replace("{indexed}", "AND vector_indexed" if indexed else "")
     return template.replace("{dim}", str(dim))
 
 
@@ -187,8 +218,10 @@ async def search_memories(
 ) -> list[MemoryHit]:
     """The ``limit`` best visible memories for ``query`` (see the module doc)."""
     async with _iterative(conn) as c:
+        indexed = vector is not None and await vector_index.is_ready(c, user_id, "memory")
         rows = await c.fetch(
-            _sql(SEARCH_MEMORIES, len(vector) if vector is not None else 1), user_id, vector,
+            _sql(SEARCH_MEMORIES, len(vector) if vector is not None else 1, indexed),
+            user_id, vector,
             query,
             chat.provider if chat else None, chat.chat_id if chat else None, member,
             subject, include_superseded, limit, model, types,
@@ -222,8 +255,9 @@ async def search_messages(
     when a vector is given, else full-text matches. The message itself is left out."""
     if vector is not None:
         async with _iterative(conn) as c:
-            rows = await c.fetch(_sql(SEARCH_MESSAGES_SEMANTIC, len(vector)), user_id, vector,
-                                 message, limit, model, threshold)
+            indexed = await vector_index.is_ready(c, user_id, "message")
+            rows = await c.fetch(_sql(SEARCH_MESSAGES_SEMANTIC, len(vector), indexed),
+                                 user_id, vector, message, limit, model, threshold)
     else:
         rows = await conn.fetch(SEARCH_MESSAGES_TEXT, user_id, message, message, limit)
     return [

@@ -4,6 +4,7 @@ import uuid
 
 import pytest
 
+from shared.embeddings import vector_index
 from shared.events import MemoryChanged
 from tests.people.conftest import as_user, make_app
 from tests.support import running, wait_for
@@ -134,9 +135,12 @@ async def test_supersession_waits_for_the_embedder_when_vectors_are_not_ready(
         assert audit == 1
 
 
+@pytest.mark.parametrize("listed", [False, True], ids=["exact", "vector-index"])
 async def test_users_see_only_their_own_and_their_chats_memories(
-    semantic_api, pool
+    semantic_api, pool, listed
 ):
+    """Both paths of the semantic side: exact, and (listed users) the partial HNSW
+    index for their own memories with the chat's shared ones compared exactly."""
     api = semantic_api
     chat = {"provider": "slack", "chat_id": f"C{uuid.uuid4().hex[:8]}"}
     await api.ok("/v1/remember", {"content": "My bank PIN hint is the dog's birthday"})
@@ -148,6 +152,12 @@ async def test_users_see_only_their_own_and_their_chats_memories(
         "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
         "VALUES ($1, $2, $3, $4, now(), now())",
         uuid.uuid4(), member.user_id, chat["provider"], chat["chat_id"])
+    if listed:
+        for uid in (api.user_id, stranger.user_id, member.user_id):
+            await vector_index.index_user(pool, uid, "memory", settle_s=0)
+        assert await pool.fetchval(
+            "SELECT bool_and(vector_indexed) FROM memory_items WHERE user_id = $1",
+            api.user_id)
 
     for who in (stranger, member):
         out = await who.ok("/v1/recall", {"query": "bank PIN hint", "limit": 10})
