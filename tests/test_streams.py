@@ -38,3 +38,29 @@ async def test_a_lingering_read_gathers_entries_that_arrive_within_the_window(
         await rt.stop()
     assert batches == [["t0", "t1", "t2"]]
     assert (await redis.xpending(settings.stream("turns"), "g"))["pending"] == 0
+
+
+async def test_a_batch_slower_than_the_claim_window_is_not_taken_over(settings, redis):
+    """claim_idle_ms is 1 s in tests: a 2.5 s batch keeps its claim fresh, so the
+    claiming reader never hands the same entries to the use case a second time."""
+    assert settings.claim_idle_ms == 1000
+    calls: list[list[str]] = []
+
+    async def handle(batch):
+        calls.append([d.event.content for d in batch])
+        await asyncio.sleep(2.5)
+
+    rt = Runtime("test", settings)
+    rt.consume(stream="turns", group="g", adapter=turn_adapter, handle=handle, batch=10)
+    await rt.start()
+    try:
+        await Publisher(redis, settings).publish("turns", [_turn(0), _turn(1)])
+        for _ in range(100):
+            if calls and (await redis.xpending(settings.stream("turns"), "g"))["pending"] == 0:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.5)  # a reclaim would have happened by now
+    finally:
+        await rt.stop()
+    assert sorted(t for batch in calls for t in batch) == ["t0", "t1"]  # each exactly once
+    assert (await redis.xpending(settings.stream("turns"), "g"))["pending"] == 0
