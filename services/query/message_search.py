@@ -403,7 +403,7 @@ async def _fetch(
         return list(await conn.fetch(EXACT[lexical], *args))
     # Only users with many embedded turns are in the HNSW index (the embedder lists
     # them: shared/embeddings/vector_index.py); everyone else is compared exactly.
-    if not await vector_index.is_ready(conn, user_id, "message"):
+    if not await vector_index.uses_index(conn, user_id, "message"):
         return list(await conn.fetch(EXACT[lexical], *args))
     async with conn.transaction():
         await conn.execute(ITERATIVE_SCAN)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -356,28 +355,12 @@ def fuse(
     return SearchResult(mode, hits[:limit])
 
 
-# user -> (whether their rows are all in the HNSW index, until when that holds).
-# A user is listed rarely and either path returns correct results, so the look-up
-# runs at most once per user per LARGE_USER_TTL seconds in a process.
-LARGE_USER_TTL = 60.0
-_LARGE_USERS_MAX = 10_000
-_large_users: dict[str, tuple[bool, float]] = {}
-
-
 async def uses_index(conn: Conn, user_id: str | None) -> bool:
     """Whether a user's semantic search walks the HNSW index (else: exact scan).
 
     Only users with more embedded memories than the exact scan handles well are
     in the index (shared/embeddings/vector_index.py); the rest are scanned exactly."""
-    now = time.monotonic()
-    cached = _large_users.get(user_id or "")
-    if cached is not None and cached[1] > now:
-        return cached[0]
-    large = user_id is not None and await vector_index.is_ready(conn, user_id, "memory")
-    if len(_large_users) >= _LARGE_USERS_MAX:
-        _large_users.clear()
-    _large_users[user_id or ""] = (large, now + LARGE_USER_TTL)
-    return large
+    return user_id is not None and await vector_index.uses_index(conn, user_id, "memory")
 
 
 def _hit(r: asyncpg.Record, score: float, fts: bool, semantic: bool) -> Hit:

@@ -60,6 +60,28 @@ async def is_ready(conn: Executor, user_id: str, kind: EmbedKind) -> bool:
     return bool(await conn.fetchval(IS_READY, user_id, kind))
 
 
+# (user, table) -> (is_ready, until when that answer is used). A user is listed
+# rarely and either search path returns correct results, so a search asks the
+# database at most once per user and table per READY_TTL seconds in a process
+# (index_user forgets the answer in its own process at once).
+READY_TTL = 60.0
+_READY_MAX = 10_000
+_ready: dict[tuple[str, EmbedKind], tuple[bool, float]] = {}
+
+
+async def uses_index(conn: Executor, user_id: str, kind: EmbedKind) -> bool:
+    """``is_ready``, remembered: what a search asks before choosing its path."""
+    now = time.monotonic()
+    cached = _ready.get((user_id, kind))
+    if cached is not None and cached[1] > now:
+        return cached[0]
+    ready = await is_ready(conn, user_id, kind)
+    if len(_ready) >= _READY_MAX:
+        _ready.clear()
+    _ready[(user_id, kind)] = (ready, now + READY_TTL)
+    return ready
+
+
 async def index_user(
     conn: Executor, user_id: str, kind: EmbedKind, *, batch: int = MARK_BATCH,
     settle_s: float = SETTLE_S,
@@ -74,6 +96,7 @@ async def index_user(
     await asyncio.sleep(settle_s)
     marked += await _mark_all(conn, user_id, kind, batch)
     await conn.execute(SET_READY, user_id, kind)
+    _ready.pop((user_id, kind), None)
     log.info("vector index: %d %s row(s) of user %s indexed in %.1f s", marked,
              TABLES[kind].name, user_id, time.monotonic() - started)
     return marked

@@ -218,7 +218,7 @@ async def search_memories(
 ) -> list[MemoryHit]:
     """The ``limit`` best visible memories for ``query`` (see the module doc)."""
     async with _iterative(conn) as c:
-        indexed = vector is not None and await vector_index.is_ready(c, user_id, "memory")
+        indexed = vector is not None and await vector_index.uses_index(c, user_id, "memory")
         rows = await c.fetch(
             _sql(SEARCH_MEMORIES, len(vector) if vector is not None else 1, indexed),
             user_id, vector,
@@ -255,7 +255,7 @@ async def search_messages(
     when a vector is given, else full-text matches. The message itself is left out."""
     if vector is not None:
         async with _iterative(conn) as c:
-            indexed = await vector_index.is_ready(c, user_id, "message")
+            indexed = await vector_index.uses_index(c, user_id, "message")
             rows = await c.fetch(_sql(SEARCH_MESSAGES_SEMANTIC, len(vector), indexed),
                                  user_id, vector, message, limit, model, threshold)
     else:
