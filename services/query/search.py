@@ -119,24 +119,18 @@ LIMIT {k}
 """
 
 # Across users (admin): the index for listed users' rows, every other row exactly.
-SEMANTIC_ANY = """
+_UNINDEXED_EXACT = SEMANTIC_EXACT.replace("WHERE {scope} AND",
+                                          "WHERE {scope} AND NOT m.vector_indexed AND")
+SEMANTIC_ANY = f"""
 SELECT * FROM (
-    (SELECT {columns}, 1.0 / (1.0 + (m.embedding <=> $8::vector)) AS sim
-     FROM memory_items m
-     WHERE {scope} AND m.vector_indexed AND m.embedding_state = 'ready' {filters}
-     ORDER BY m.embedding::halfvec({dim}) <=> $8::vector::halfvec({dim})
-     LIMIT {k})
+    ({SEMANTIC_INDEX})
     UNION ALL
-    (SELECT {columns}, 1.0 / (1.0 + (m.embedding <=> $8::vector)) AS sim
-     FROM memory_items m
-     WHERE {scope} AND NOT m.vector_indexed AND m.embedding_state = 'ready'
-       AND m.embedding IS NOT NULL {filters}
-     ORDER BY (m.embedding <=> $8::vector) + 0, m.id
-     LIMIT {k})
+    ({_UNINDEXED_EXACT})
 ) AS both_paths
 ORDER BY sim DESC, id
-LIMIT {k}
+LIMIT {{k}}
 """
+
 
 # enable_sort = off: for a user holding ~10% of the table the planner otherwise
 # prefers "fetch all the user's rows, sort by distance" (measured: ~95 ms at
