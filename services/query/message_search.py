@@ -18,11 +18,14 @@ What callers may rely on:
 - ``fused`` (the default) is the same min-max fusion of ``bm25`` and ``semantic``
   over the top 100 of each, weighted 0.6 / 0.4, then read in context: a turn
   inside a calendar period the query names ("in May 2023", services/query/periods.py)
-  is lifted by 0.3, and every turn gains a share of the best-scoring turn 1, 2 and
-  3 places before or after it in the same episode (0.5, 0.3, 0.2 of its score),
-  so an answer next to the matching question is found, and neighbours of strong
-  hits are returned; its score is divided by the largest it could reach, so it
-  stays in [0, 1] (a turn found only as a neighbour has no signal set);
+  is lifted by 0.3, a short turn is scaled down (by up to 0.4, none past 20
+  distinct words), a turn that ends in a question mark keeps 0.7 of its own
+  score, and every turn gains a share of the best-scoring turn 1, 2 and 3 places
+  before or after it in the same episode (0.5, 0.3, 0.2 of its score; 0.7 for
+  the turn right after a question), so the answer next to the matching question
+  is found, and neighbours of strong hits are returned; its score is divided by
+  the largest it could reach, so it stays in [0, 1] (a turn found only as a
+  neighbour has no signal set);
   ``rrf`` fuses ``fts`` and
   ``semantic`` by reciprocal rank, ``Σ 1 / (60 + rank)`` (docs/retrieval.md has
   the measurements behind each choice);
@@ -66,11 +69,20 @@ class Fusion:
     neighbours: tuple[float, ...] = ()
     # added to a turn inside a period the query names; 0 = dates not read
     date_lift: float = 0.0
+    # the share of its own score a turn that ends in a question mark keeps, and the
+    # share of it the turn right after it gains (instead of neighbours[0])
+    question_keeps: float = 1.0
+    answer_share: float = 0.0
+    # a turn's score is scaled by 1 - short + short * min(1, lexemes / full_length):
+    # a turn with few words loses up to `short` of it; 0 = length not read
+    short: float = 0.0
+    full_length: int = 20
 
 
 FUSIONS: dict[Mode, Fusion] = {
     # the default: BM25 (speaker included) and cosine, min-max, 0.6 / 0.4
-    "fused": Fusion("minmax", 0.4, 0.6, "bm25", neighbours=(0.5, 0.3, 0.2), date_lift=0.3),
+    "fused": Fusion("minmax", 0.4, 0.6, "bm25", neighbours=(0.5, 0.3, 0.2), date_lift=0.3,
+                    question_keeps=0.7, answer_share=0.7, short=0.4, full_length=20),
     "hybrid": Fusion("minmax", 0.7, 0.3, "ts_rank", 50),  # Nova 3.2 as specified: top 50 each
     "rrf": Fusion("rrf", 1.0, 1.0),
     "fts": Fusion("minmax", 0.0, 1.0),
@@ -82,7 +94,9 @@ FUSIONS: dict[Mode, Fusion] = {
 # semantic side), $4 chat, $5 episode, $6 since, $7 until, $8 limit,
 # $9 fusion ('minmax' | 'rrf'), $10 semantic weight, $11 lexical weight,
 # $12 candidates taken from each signal, $13 / $14 starts / ends of the periods the
-# query names, $15 the lift of a turn inside one, $16 the neighbours' shares.
+# query names, $15 the lift of a turn inside one, $16 the neighbours' shares,
+# $17 the share a question keeps, $18 the share its answer gains, $19 / $20 how
+# much a short turn loses and the length (distinct lexemes) past which none is lost.
 _FILTERS = """
           AND ($4::text IS NULL OR m.chat_id = $4)
           AND ($5::uuid IS NULL OR m.episode_id = $5)
@@ -218,27 +232,34 @@ fused AS (
     WHERE (s.w_sem > 0 AND s.sim IS NOT NULL) OR (s.w_lex > 0 AND s.rank IS NOT NULL)
 ),
 dated AS (
-    -- a turn inside a period the query names is lifted
-    SELECT f.*, m.episode_id, m.occurred_at,
-           f.score + CASE WHEN EXISTS (
+    -- a turn inside a period the query names is lifted; a short one is scaled down
+    SELECT f.*, m.episode_id, m.occurred_at, m.content ~ '\\?\\s*$' AS asks,
+           (f.score + CASE WHEN EXISTS (
                SELECT 1 FROM unnest($13::timestamptz[], $14::timestamptz[]) AS p(lo, hi)
                WHERE m.occurred_at >= p.lo AND m.occurred_at < p.hi
-           ) THEN $15::float8 ELSE 0.0 END AS lifted
+           ) THEN $15::float8 ELSE 0.0 END)
+           * (1.0 - $19::float8 + $19::float8 * least(1.0, length(m.fts)::float8 / $20::float8))
+           AS lifted
     FROM fused f JOIN messages m ON m.id = f.id AND m.user_id = $1
 ),
 near AS (
     -- the turns up to cardinality($16) places before and after each candidate in
-    -- its episode (messages_episode_order_idx), with their distance to it
-    SELECT n.id, n.dist, d.lifted
+    -- its episode (messages_episode_order_idx), with their distance to it and the
+    -- part of its score they gain: the turn right after a question gains $18
+    SELECT n.id, n.dist,
+           CASE WHEN n.after AND n.dist = 1 AND d.asks
+                THEN greatest($18::float8, ($16::float8[])[1])
+                ELSE ($16::float8[])[n.dist] END * d.lifted AS part
     FROM dated d CROSS JOIN LATERAL (
-        SELECT b.id, row_number() OVER (ORDER BY b.occurred_at DESC, b.id DESC) AS dist
+        SELECT b.id, false AS after,
+               row_number() OVER (ORDER BY b.occurred_at DESC, b.id DESC) AS dist
         FROM (SELECT m.id, m.occurred_at FROM messages m
               WHERE m.episode_id = d.episode_id AND m.user_id = $1
                 AND (m.occurred_at, m.id) < (d.occurred_at, d.id) {filters}
               ORDER BY m.occurred_at DESC, m.id DESC
               LIMIT cardinality($16::float8[])) AS b
         UNION ALL
-        SELECT a.id, row_number() OVER (ORDER BY a.occurred_at, a.id) AS dist
+        SELECT a.id, true, row_number() OVER (ORDER BY a.occurred_at, a.id) AS dist
         FROM (SELECT m.id, m.occurred_at FROM messages m
               WHERE m.episode_id = d.episode_id AND m.user_id = $1
                 AND (m.occurred_at, m.id) > (d.occurred_at, d.id) {filters}
@@ -247,17 +268,20 @@ near AS (
     ) AS n
 ),
 smoothed AS (
-    -- own score plus, per distance, its share of the better of the two neighbours
+    -- own score (a question keeps $17 of it) plus, per distance, the better of the
+    -- two neighbours' parts
     SELECT c.id, sum(c.part) AS score
-    FROM (SELECT id, lifted AS part FROM dated
+    FROM (SELECT id, CASE WHEN asks THEN $17::float8 ELSE 1.0 END * lifted AS part FROM dated
           UNION ALL
-          SELECT id, ($16::float8[])[dist] * max(lifted) FROM near GROUP BY id, dist) AS c
+          SELECT id, max(part) FROM near GROUP BY id, dist) AS c
     GROUP BY c.id
 ),
 ceiling AS (
     -- the largest score a turn could reach, so scores stay in [0, 1]
     SELECT 1.0 + CASE WHEN cardinality($13::timestamptz[]) > 0 THEN $15::float8 ELSE 0.0 END
-               + coalesce((SELECT sum(w) FROM unnest($16::float8[]) AS w), 0.0) AS top
+               + coalesce((SELECT sum(w) FROM unnest($16::float8[]) AS w), 0.0)
+               + CASE WHEN cardinality($16::float8[]) > 0
+                      THEN greatest($18::float8 - ($16::float8[])[1], 0.0) ELSE 0.0 END AS top
 )
 SELECT m.id, m.external_id, m.episode_id, m.chat_id, m.role, m.display_name, m.content,
        m.occurred_at, (s.score / c.top)::float8 AS score, d.rank AS lex_rank,
@@ -388,7 +412,8 @@ async def search_messages(
         q.chat_id, q.episode_id, q.since, q.until, q.limit,
         fusion.kind, fusion.w_sem, fusion.w_lex, max(fusion.candidates, q.limit),
         [lo for lo, _ in named], [hi for _, hi in named], fusion.date_lift,
-        list(fusion.neighbours),
+        list(fusion.neighbours), fusion.question_keeps, fusion.answer_share,
+        fusion.short, float(fusion.full_length),
     ]
     async with pool.acquire() as conn:
         rows = await _fetch(conn, user_id, fusion.lexical, args)

@@ -225,10 +225,10 @@ async def test_the_default_fuses_bm25_and_semantic_and_falls_back_to_bm25(
 
 async def test_the_default_brings_up_the_answer_next_to_the_matching_turn(
         make_settings, pool, user_id):
-    # the question names the words; the answer after it names none of them (and
+    # the first turn names the words; the reply after it names none of them (and
     # has no vector yet, so no signal can find it)
     episode, ids = await add_turns(pool, user_id, [
-        T("how was the hiking trip with your sister?", Q, speaker="Ann"),
+        T("tell me about the hiking trip with your sister", Q, speaker="Ann"),
         T("wonderful, we reached the glacier on day two", speaker="Bob", role="assistant"),
         T("unrelated small talk", speaker="Ann"),
         T("more unrelated small talk", speaker="Bob", role="assistant"),
@@ -270,7 +270,7 @@ async def test_neighbours_respect_the_filters_and_the_user(make_settings, pool, 
         async def found(**kw):
             return [r["id"] for r in (await _search(client, h, "pottery class", **kw))["results"]]
 
-        assert await found() == ids
+        assert await found() == ids[::-1]  # the reply to the question first
         assert await found(until=(t0 + timedelta(seconds=30)).isoformat()) == ids[:1]
         assert await found(chat_id="elsewhere") == []
 
@@ -287,4 +287,39 @@ async def test_a_turn_in_the_period_the_query_names_comes_first(make_settings, p
             assert body["results"][0]["id"] == first[0], query
         # the lift is the default's: other modes rank the two turns alike
         body = await _search(client, h, "hiking trip in May 2024", mode="bm25")
+        assert body["results"][0]["score"] == body["results"][1]["score"]
+
+
+async def test_the_answer_to_a_matching_question_comes_before_the_question(
+        make_settings, pool, user_id):
+    # the question carries the query's words; the reply after it carries the news
+    _, ids = await add_turns(pool, user_id, [
+        T("did you finish the pottery class?", Q, speaker="Ann"),
+        T("yes! I made a bowl, two mugs and a vase", unit(21, near=Q, noise=0.5),
+          speaker="Bob", role="assistant"),
+    ])
+    await add_turns(pool, user_id, [T("unrelated", unit(22))])
+    async with running(_app(make_settings)) as client:
+        body = await _search(client, await auth(pool, user_id), "pottery class")
+    order = [r["id"] for r in body["results"]]
+    assert order[:2] == [ids[1], ids[0]]
+    assert all(0.0 <= r["score"] <= 1.0 for r in body["results"])
+
+
+async def test_a_turn_with_few_words_ranks_below_a_fuller_one_it_ties_with(
+        make_settings, pool, user_id):
+    t0 = datetime(2024, 1, 1, 12, tzinfo=UTC)
+    # equally close to the query; the short one is later, so it would win a tie
+    _, full = await add_turns(pool, user_id, [T(
+        "my teacher showed us how to centre clay on the wheel, then trim and glaze a bowl",
+        Q, at=t0)])
+    _, short = await add_turns(pool, user_id, [T("oh nice", Q, at=t0 + timedelta(hours=1))])
+    await add_turns(pool, user_id, [T("unrelated", unit(23))])
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+        body = await _search(client, h, "anything")  # no word in common: semantic alone
+        assert [r["id"] for r in body["results"][:2]] == [full[0], short[0]]
+        assert body["results"][0]["score"] > body["results"][1]["score"]
+        # only the default reads length: semantic ranks the two alike
+        body = await _search(client, h, "anything", mode="semantic")
         assert body["results"][0]["score"] == body["results"][1]["score"]
