@@ -41,11 +41,22 @@ from tests.support import running
 
 TARGET_MS = 50.0
 DIM = 384
-TYPES = ["preference", "fact", "instruction", "summary", "procedure", "episode", "decision",
-         "workflow", "other"]
+TYPES = [
+    "preference",
+    "fact",
+    "instruction",
+    "summary",
+    "procedure",
+    "episode",
+    "decision",
+    "workflow",
+    "other",
+]
 THEMES = [f"theme-{i}" for i in range(12)]
-WORDS = ("garden coffee hiking Lisbon mortgage tennis Python report dentist jazz chess "
-         "pottery yoga marathon sushi birthday invoice server deploy kids school").split()
+WORDS = (
+    "garden coffee hiking Lisbon mortgage tennis Python report dentist jazz chess "
+    "pottery yoga marathon sushi birthday invoice server deploy kids school"
+).split()
 
 
 class FixedVector:
@@ -67,17 +78,20 @@ async def load_user(
     pool: asyncpg.Pool, user_id: str, n: int, rng: np.random.Generator, *, rich: bool
 ) -> list[uuid.UUID]:
     now = datetime.now(UTC)
-    await pool.execute("INSERT INTO users (id, display_name) VALUES ($1, $2)", user_id,
-                       f"Bench {user_id}")
+    await pool.execute(
+        "INSERT INTO users (id, display_name) VALUES ($1, $2)", user_id, f"Bench {user_id}"
+    )
     await pool.executemany(
         "INSERT INTO themes (user_id, slug, display_name) VALUES ($1, $2, $3)",
-        [(user_id, t, t.title()) for t in THEMES])
+        [(user_id, t, t.title()) for t in THEMES],
+    )
     people: list[uuid.UUID] = []
     if rich:
         people = [uuid.uuid4() for _ in range(50)]
         await pool.executemany(
             "INSERT INTO people (id, user_id, name, relation, aliases) VALUES ($1, $2, $3, $4, $5)",
-            [(p, user_id, f"Person {i}", "friend", [f"P{i}"]) for i, p in enumerate(people)])
+            [(p, user_id, f"Person {i}", "friend", [f"P{i}"]) for i, p in enumerate(people)],
+        )
     vectors = _unit(rng, n)
     ids = [uuid.uuid4() for _ in range(n)]
     records = []
@@ -85,40 +99,77 @@ async def load_user(
         r = random.random()
         state = "error" if r < 0.01 else "ready"
         words = " ".join(random.choices(WORDS, k=8))
-        records.append((
-            item_id, user_id, THEMES[i % len(THEMES)], TYPES[i % len(TYPES)],
-            f"Memory {i}: {words}", [random.choice(WORDS)],
-            [people[i % len(people)]] if people and i % 7 == 0 else [],
-            "conversation", round(random.random(), 2),
-            "archived" if random.random() < 0.05 else "active",
-            state, "HTTP 500: upstream failed" if state == "error" else None,
-            vectors[i] if state == "ready" else None, now - timedelta(seconds=i),
-        ))
+        records.append(
+            (
+                item_id,
+                user_id,
+                THEMES[i % len(THEMES)],
+                TYPES[i % len(TYPES)],
+                f"Memory {i}: {words}",
+                [random.choice(WORDS)],
+                [people[i % len(people)]] if people and i % 7 == 0 else [],
+                "conversation",
+                round(random.random(), 2),
+                "archived" if random.random() < 0.05 else "active",
+                state,
+                "HTTP 500: upstream failed" if state == "error" else None,
+                vectors[i] if state == "ready" else None,
+                now - timedelta(seconds=i),
+            )
+        )
     async with pool.acquire() as conn:
         await conn.copy_records_to_table(
-            "memory_items", records=records, columns=[
-                "id", "user_id", "theme", "type", "content", "tags", "subjects", "source",
-                "confidence", "status", "embedding_state", "embedding_error", "embedding",
-                "created_at"])
+            "memory_items",
+            records=records,
+            columns=[
+                "id",
+                "user_id",
+                "theme",
+                "type",
+                "content",
+                "tags",
+                "subjects",
+                "source",
+                "confidence",
+                "status",
+                "embedding_state",
+                "embedding_error",
+                "embedding",
+                "created_at",
+            ],
+        )
     superseded = ids[1 : n // 50 * 2 : 2]
     await pool.execute(
         "UPDATE memory_items m SET superseded_at = now(), superseded_by = s.by "
         "FROM unnest($2::uuid[], $3::uuid[]) AS s(id, by) WHERE m.user_id = $1 AND m.id = s.id",
-        user_id, superseded, [ids[ids.index(s) - 1] for s in superseded])
+        user_id,
+        superseded,
+        [ids[ids.index(s) - 1] for s in superseded],
+    )
     if rich:
-        summary = {"title": "Bench episode", "summary": "A summary.", "outcome": "resolved",
-                   "key_points": ["one", "two"], "topics": ["bench"]}
+        summary = {
+            "title": "Bench episode",
+            "summary": "A summary.",
+            "outcome": "resolved",
+            "key_points": ["one", "two"],
+            "topics": ["bench"],
+        }
         await pool.executemany(
             "INSERT INTO episodes (id, user_id, provider, chat_id, status, started_at, "
             "last_active_at, summary, summary_text) VALUES ($1, $2, 'bench', 'c', 'closed', "
             "$3, $3, $4, 'Bench episode')",
-            [(uuid.uuid4(), user_id, now - timedelta(hours=i), summary) for i in range(500)])
+            [(uuid.uuid4(), user_id, now - timedelta(hours=i), summary) for i in range(500)],
+        )
         await pool.executemany(
             "INSERT INTO fact_reviews (user_id, content, confidence, reason) "
             "VALUES ($1, $2, 0.3, 'confidence below threshold')",
-            [(user_id, f"maybe fact {i}") for i in range(200)])
-        await pool.execute("INSERT INTO user_summaries (user_id, summary, fact_count) "
-                           "VALUES ($1, 'A bench user.', 80)", user_id)
+            [(user_id, f"maybe fact {i}") for i in range(200)],
+        )
+        await pool.execute(
+            "INSERT INTO user_summaries (user_id, summary, fact_count) "
+            "VALUES ($1, 'A bench user.', 80)",
+            user_id,
+        )
     return ids
 
 
@@ -138,11 +189,15 @@ async def run(settings: CommonSettings, args: argparse.Namespace) -> dict[str, A
         _, secret = await create_key(pool, user_id=big)
         person = await pool.fetchval("SELECT id FROM people WHERE user_id = $1 LIMIT 1", big)
         error_item = await pool.fetchval(
-            "SELECT id FROM memory_items WHERE user_id = $1 AND embedding_state = 'error' "
-            "LIMIT 1", big)
+            "SELECT id FROM memory_items WHERE user_id = $1 AND embedding_state = 'error' LIMIT 1",
+            big,
+        )
         mid = await pool.fetchrow(
             "SELECT created_at, id FROM memory_items WHERE user_id = $1 "
-            "ORDER BY created_at DESC, id DESC OFFSET $2 LIMIT 1", big, args.items // 2)
+            "ORDER BY created_at DESC, id DESC OFFSET $2 LIMIT 1",
+            big,
+            args.items // 2,
+        )
         assert mid is not None
         deep = f"{mid['created_at'].isoformat()}_{mid['id']}"
     finally:
@@ -189,18 +244,24 @@ async def run(settings: CommonSettings, args: argparse.Namespace) -> dict[str, A
             results[name] = {"path": path, "bytes": len(r.content), **percentiles(samples)}
         # the hybrid search alone (services/query/search.py), for comparison with its page
         app_state = client._transport.app.state  # type: ignore[attr-defined]
-        params_ = SearchParams(query="garden coffee Lisbon", limit=50, status="active",
-                               include_superseded=True)
+        params_ = SearchParams(
+            query="garden coffee Lisbon", limit=50, status="active", include_superseded=True
+        )
         samples = []
         for i in range(args.requests + 5):
             t0 = time.perf_counter()
             await app_state.query.search(app_state.runtime.pool, params_, user_id=big)
             if i >= 5:
                 samples.append(time.perf_counter() - t0)
-        results["(hybrid search call alone)"] = {"path": "-", "bytes": 0,
-                                                 **percentiles(samples)}
-    return {"items": args.items, "other_users": 20, "load_seconds": round(load_s, 1),
-            "requests_per_page": args.requests, "target_ms": TARGET_MS, "pages": results}
+        results["(hybrid search call alone)"] = {"path": "-", "bytes": 0, **percentiles(samples)}
+    return {
+        "items": args.items,
+        "other_users": 20,
+        "load_seconds": round(load_s, 1),
+        "requests_per_page": args.requests,
+        "target_ms": TARGET_MS,
+        "pages": results,
+    }
 
 
 def main() -> int:
@@ -210,9 +271,16 @@ def main() -> int:
     args = parser.parse_args()
     with bench_stack("browser") as settings:
         data = asyncio.run(run(settings, args))
-    rows = [(name, f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}", f"{r['bytes']:,}",
-             "ok" if r["p95_ms"] <= TARGET_MS else "SLOW")
-            for name, r in data["pages"].items()]
+    rows = [
+        (
+            name,
+            f"{r['p50_ms']:.1f}",
+            f"{r['p95_ms']:.1f}",
+            f"{r['bytes']:,}",
+            "ok" if r["p95_ms"] <= TARGET_MS else "SLOW",
+        )
+        for name, r in data["pages"].items()
+    ]
     print(table(rows, ("page", "p50 ms", "p95 ms", "bytes", f"p95 <= {TARGET_MS:.0f} ms")))
     path = write_result("browser", data)
     print(f"wrote {path}")

@@ -33,7 +33,8 @@ RESULTS = Path(__file__).parent / "results"
 def bench_postgres(data_dir: Path) -> EmbeddedPostgres:
     """A throwaway embedded PostgreSQL configured like ``make run``'s."""
     return EmbeddedPostgres(
-        data_dir, delete_on_exit=True,
+        data_dir,
+        delete_on_exit=True,
         config={"shared_buffers": CommonSettings().embedded_pg_shared_buffers},
     )
 
@@ -62,16 +63,18 @@ def bench_stack(prefix: str = "bench") -> Iterator[CommonSettings]:
                 await conn.close()
 
         asyncio.run(_migrate())
-        yield base.model_copy(update={
-            "database_url": SecretStr(db_url),
-            "redis_url": SecretStr(redis_url),
-            "data_dir": tmp,
-            "stream_prefix": f"{prefix}{os.getpid()}:",
-            "ingest_port": free_port(),
-            "embedder_port": free_port(),
-            "extractor_port": free_port(),
-            "query_port": free_port(),
-        })
+        yield base.model_copy(
+            update={
+                "database_url": SecretStr(db_url),
+                "redis_url": SecretStr(redis_url),
+                "data_dir": tmp,
+                "stream_prefix": f"{prefix}{os.getpid()}:",
+                "ingest_port": free_port(),
+                "embedder_port": free_port(),
+                "extractor_port": free_port(),
+                "query_port": free_port(),
+            }
+        )
     finally:
         if rd is not None:
             rd.stop()
@@ -89,8 +92,13 @@ def percentiles(samples_s: list[float]) -> dict[str, float]:
     def pct(p: float) -> float:
         return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] * 1000
 
-    return {"p50_ms": pct(50), "p95_ms": pct(95), "p99_ms": pct(99),
-            "mean_ms": statistics.fmean(xs) * 1000, "n": len(xs)}
+    return {
+        "p50_ms": pct(50),
+        "p95_ms": pct(95),
+        "p99_ms": pct(99),
+        "mean_ms": statistics.fmean(xs) * 1000,
+        "n": len(xs),
+    }
 
 
 def machine() -> dict[str, Any]:
@@ -129,8 +137,12 @@ class Progress:
         if force or now - self.last >= self.every:
             self.last = now
             rate = done / max(now - self.started, 1e-9)
-            print(f"\r  {self.label}: {done:,}/{self.total:,} ({rate:,.0f}/s)", end="",
-                  flush=True, file=__import__("sys").stderr)
+            print(
+                f"\r  {self.label}: {done:,}/{self.total:,} ({rate:,.0f}/s)",
+                end="",
+                flush=True,
+                file=__import__("sys").stderr,
+            )
             if done >= self.total or force:
                 print(file=__import__("sys").stderr)
 

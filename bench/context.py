@@ -53,17 +53,74 @@ from shared.migrate import migrate
 RESULTS = Path(__file__).parent / "results" / "context.json"
 TARGET_P95_MS = 40.0
 
-SUBJECTS = ["my wife", "my boss", "Sarah", "John", "my mom", "my brother", "Priya", "Tom",
-            "my dentist", "my neighbour", "Alex", "my sister", "Maria", "my coach", "Ken"]
-TOPICS = ["Italian food", "sushi", "hiking", "the gym", "jazz", "chess", "gardening",
-          "Python", "Rust", "the quarterly report", "the Lisbon trip", "a new car", "yoga",
-          "photography", "the kids' school", "board games", "tennis", "coffee", "baking",
-          "the mortgage", "marathon training", "the dentist", "a birthday party", "pottery"]
-VERBS = ["likes", "hates", "is worried about", "wants to try", "keeps talking about",
-         "recommended", "is planning", "asked about", "finished", "started"]
+SUBJECTS = [
+    "my wife",
+    "my boss",
+    "Sarah",
+    "John",
+    "my mom",
+    "my brother",
+    "Priya",
+    "Tom",
+    "my dentist",
+    "my neighbour",
+    "Alex",
+    "my sister",
+    "Maria",
+    "my coach",
+    "Ken",
+]
+TOPICS = [
+    "Italian food",
+    "sushi",
+    "hiking",
+    "the gym",
+    "jazz",
+    "chess",
+    "gardening",
+    "Python",
+    "Rust",
+    "the quarterly report",
+    "the Lisbon trip",
+    "a new car",
+    "yoga",
+    "photography",
+    "the kids' school",
+    "board games",
+    "tennis",
+    "coffee",
+    "baking",
+    "the mortgage",
+    "marathon training",
+    "the dentist",
+    "a birthday party",
+    "pottery",
+]
+VERBS = [
+    "likes",
+    "hates",
+    "is worried about",
+    "wants to try",
+    "keeps talking about",
+    "recommended",
+    "is planning",
+    "asked about",
+    "finished",
+    "started",
+]
 WHO = ["User", "The user", "My wife", "My boss", "Sarah", "John", "My mom", "Tom", "Priya"]
-TIMES = ["this week", "last month", "every Sunday", "since 2021", "on Fridays", "tomorrow",
-         "after work", "in the summer", "twice a year", "again"]
+TIMES = [
+    "this week",
+    "last month",
+    "every Sunday",
+    "since 2021",
+    "on Fridays",
+    "tomorrow",
+    "after work",
+    "in the summer",
+    "twice a year",
+    "again",
+]
 
 
 class _DirectModel:
@@ -87,8 +144,7 @@ class _DirectModel:
 
 
 def sentence(rng: random.Random) -> str:
-    return (f"{rng.choice(WHO)} {rng.choice(VERBS)} {rng.choice(TOPICS)} "
-            f"{rng.choice(TIMES)}")
+    return f"{rng.choice(WHO)} {rng.choice(VERBS)} {rng.choice(TOPICS)} {rng.choice(TIMES)}"
 
 
 def progress(label: str, done: int, total: int, started: float) -> None:
@@ -98,8 +154,9 @@ def progress(label: str, done: int, total: int, started: float) -> None:
         print(flush=True)
 
 
-def vectors_for(texts: list[str], rng: np.random.Generator,
-                base: dict[str, np.ndarray]) -> list[np.ndarray]:
+def vectors_for(
+    texts: list[str], rng: np.random.Generator, base: dict[str, np.ndarray]
+) -> list[np.ndarray]:
     out = []
     for t in texts:
         v = base[t] + rng.normal(0, 0.02, size=base[t].shape)
@@ -118,7 +175,7 @@ async def load(url: str, user_id: str, *, memories: int, messages: int, seed: in
     started = time.perf_counter()
     base: dict[str, np.ndarray] = {}
     for i in range(0, len(distinct), 256):
-        chunk = distinct[i: i + 256]
+        chunk = distinct[i : i + 256]
         for t, v in zip(chunk, model.encode(chunk), strict=True):
             base[t] = v
         progress("embedded", min(i + 256, len(distinct)), len(distinct), started)
@@ -137,40 +194,93 @@ async def load(url: str, user_id: str, *, memories: int, messages: int, seed: in
             chosen = [rng.choice(distinct) for _ in range(n)]
             vecs = vectors_for(chosen, nrng, base)
             records = [
-                (uuid.uuid4(), user_id, "personal", "general", "fact", text,
-                 [rng.choice(people)] if rng.random() < 0.3 else [], "user",
-                 now - timedelta(minutes=rng.randint(0, 500_000)), vec, "ready", "local",
-                 model.model, 384)
+                (
+                    uuid.uuid4(),
+                    user_id,
+                    "personal",
+                    "general",
+                    "fact",
+                    text,
+                    [rng.choice(people)] if rng.random() < 0.3 else [],
+                    "user",
+                    now - timedelta(minutes=rng.randint(0, 500_000)),
+                    vec,
+                    "ready",
+                    "local",
+                    model.model,
+                    384,
+                )
                 for text, vec in zip(chosen, vecs, strict=True)
             ]
             await conn.copy_records_to_table(
-                "memory_items", records=records,
-                columns=["id", "user_id", "scope", "theme", "type", "content", "subjects",
-                         "source", "created_at", "embedding", "embedding_state",
-                         "embedding_provider", "embedding_model", "embedding_dims"])
+                "memory_items",
+                records=records,
+                columns=[
+                    "id",
+                    "user_id",
+                    "scope",
+                    "theme",
+                    "type",
+                    "content",
+                    "subjects",
+                    "source",
+                    "created_at",
+                    "embedding",
+                    "embedding_state",
+                    "embedding_provider",
+                    "embedding_model",
+                    "embedding_dims",
+                ],
+            )
             progress("memories", i + n, memories, started)
         episodes = [uuid.uuid4() for _ in range(max(1, messages // 50))]
         await conn.executemany(
             "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
             "VALUES ($1, $2, 'bench', $3, now(), now())",
-            [(e, user_id, f"chat-{k % 20}") for k, e in enumerate(episodes)])
+            [(e, user_id, f"chat-{k % 20}") for k, e in enumerate(episodes)],
+        )
         started = time.perf_counter()
         for i in range(0, messages, batch):
             n = min(batch, messages - i)
             chosen = [rng.choice(distinct) for _ in range(n)]
             vecs = vectors_for(chosen, nrng, base)
             records = [
-                (uuid.uuid4(), user_id, episodes[(i + j) // 50], "bench",
-                 f"chat-{((i + j) // 50) % 20}", "user" if j % 2 == 0 else "assistant", text,
-                 now - timedelta(minutes=rng.randint(0, 500_000)), vec, "ready", "local",
-                 model.model, 384)
+                (
+                    uuid.uuid4(),
+                    user_id,
+                    episodes[(i + j) // 50],
+                    "bench",
+                    f"chat-{((i + j) // 50) % 20}",
+                    "user" if j % 2 == 0 else "assistant",
+                    text,
+                    now - timedelta(minutes=rng.randint(0, 500_000)),
+                    vec,
+                    "ready",
+                    "local",
+                    model.model,
+                    384,
+                )
                 for j, (text, vec) in enumerate(zip(chosen, vecs, strict=True))
             ]
             await conn.copy_records_to_table(
-                "messages", records=records,
-                columns=["event_id", "user_id", "episode_id", "provider", "chat_id", "role",
-                         "content", "occurred_at", "embedding", "embedding_state",
-                         "embedding_provider", "embedding_model", "embedding_dims"])
+                "messages",
+                records=records,
+                columns=[
+                    "event_id",
+                    "user_id",
+                    "episode_id",
+                    "provider",
+                    "chat_id",
+                    "role",
+                    "content",
+                    "occurred_at",
+                    "embedding",
+                    "embedding_state",
+                    "embedding_provider",
+                    "embedding_model",
+                    "embedding_dims",
+                ],
+            )
             progress("messages", i + n, messages, started)
         # what the embedder does for a user past the exact-scan limit (shared/
         # embeddings/vector_index.py): list them, so their rows join the HNSW indexes
@@ -192,21 +302,30 @@ def pct(values: list[float], p: float) -> float:
 
 
 def summary(name: str, ms: list[float]) -> dict[str, Any]:
-    return {"series": name, "n": len(ms), "p50_ms": round(pct(ms, 0.5), 2),
-            "p95_ms": round(pct(ms, 0.95), 2), "p99_ms": round(pct(ms, 0.99), 2),
-            "mean_ms": round(statistics.fmean(ms), 2), "max_ms": round(max(ms), 2)}
+    return {
+        "series": name,
+        "n": len(ms),
+        "p50_ms": round(pct(ms, 0.5), 2),
+        "p95_ms": round(pct(ms, 0.95), 2),
+        "p99_ms": round(pct(ms, 0.99), 2),
+        "mean_ms": round(statistics.fmean(ms), 2),
+        "max_ms": round(max(ms), 2),
+    }
 
 
-async def measure(url: str, redis_url: str, user_id: str, *, queries: int,
-                  seed: int) -> list[dict[str, Any]]:
+async def measure(
+    url: str, redis_url: str, user_id: str, *, queries: int, seed: int
+) -> list[dict[str, Any]]:
     from services.query.app import create_app
     from services.query.settings import QuerySettings
     from shared.apikeys import create_key
 
     rng = random.Random(seed + 1)
     model = _DirectModel()
-    asks = [f"what does {rng.choice(SUBJECTS)} think about {rng.choice(TOPICS)}?"
-            for _ in range(queries)]
+    asks = [
+        f"what does {rng.choice(SUBJECTS)} think about {rng.choice(TOPICS)}?"
+        for _ in range(queries)
+    ]
     pool = await create_pool(url, max_size=4)
     for q in asks[:10]:  # warm up: model, plans, caches
         qv = await embed_query(model, q, dim=384)
@@ -229,17 +348,24 @@ async def measure(url: str, redis_url: str, user_id: str, *, queries: int,
         assert qv.vector is not None and out.retrieval == "hybrid"
     await pool.close()
 
-    settings = QuerySettings(database_url=SecretStr(url), redis_url=SecretStr(redis_url),
-                             stream_prefix=f"bench{uuid.uuid4().hex[:6]}:", db_pool_max=4)
+    settings = QuerySettings(
+        database_url=SecretStr(url),
+        redis_url=SecretStr(redis_url),
+        stream_prefix=f"bench{uuid.uuid4().hex[:6]}:",
+        db_pool_max=4,
+    )
 
     async def resolver(pool: Any, uid: str, s: Any) -> Any:
         return model
 
     app = create_app(settings, resolver=resolver)
     http_ms: list[float] = []
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://bench"
-    ) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://bench"
+        ) as client,
+    ):
         pool2 = app.state.runtime.pool
         _, secret = await create_key(pool2, user_id=user_id)
         headers = {"Authorization": f"Bearer {secret}"}
@@ -250,10 +376,12 @@ async def measure(url: str, redis_url: str, user_id: str, *, queries: int,
             r = await client.post("/v1/context", json={"message": q}, headers=headers)
             http_ms.append((time.perf_counter() - t0) * 1000)
             assert r.status_code == 200, r.text
-    rows = [summary("auto: embed + assemble", total_ms),
-            summary("  query embedding (local)", embed_ms),
-            summary("  assembly (SQL + render)", assemble_ms),
-            summary("POST /v1/context (in-process HTTP)", http_ms)]
+    rows = [
+        summary("auto: embed + assemble", total_ms),
+        summary("  query embedding (local)", embed_ms),
+        summary("  assembly (SQL + render)", assemble_ms),
+        summary("POST /v1/context (in-process HTTP)", http_ms),
+    ]
     rows[0]["mean_items"] = round(statistics.fmean(kept), 1)
     return rows
 
@@ -290,23 +418,41 @@ async def main_async(args: argparse.Namespace) -> int:
     print()
     print(f"{'series':<38}{'n':>6}{'p50 ms':>10}{'p95 ms':>10}{'p99 ms':>10}{'max ms':>10}")
     for r in rows:
-        print(f"{r['series']:<38}{r['n']:>6}{r['p50_ms']:>10}{r['p95_ms']:>10}"
-              f"{r['p99_ms']:>10}{r['max_ms']:>10}")
+        print(
+            f"{r['series']:<38}{r['n']:>6}{r['p50_ms']:>10}{r['p95_ms']:>10}"
+            f"{r['p99_ms']:>10}{r['max_ms']:>10}"
+        )
     p95 = rows[0]["p95_ms"]
     verdict = "met" if p95 <= TARGET_P95_MS else "MISSED"
     print(f"\ntarget p95 <= {TARGET_P95_MS:.0f} ms (embed + assemble): {verdict} ({p95} ms)")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "bench": "context", "policy": "auto", "at": datetime.now(UTC).isoformat(),
-        "memories": args.memories, "messages": args.messages, "queries": args.queries,
-        "target_p95_ms": TARGET_P95_MS, "target_met": p95 <= TARGET_P95_MS,
-        "load_seconds": round(load_s, 1), "series": rows,
-        "machine": {"python": sys.version.split()[0], "platform": platform.platform(),
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "bench": "context",
+                "policy": "auto",
+                "at": datetime.now(UTC).isoformat(),
+                "memories": args.memories,
+                "messages": args.messages,
+                "queries": args.queries,
+                "target_p95_ms": TARGET_P95_MS,
+                "target_met": p95 <= TARGET_P95_MS,
+                "load_seconds": round(load_s, 1),
+                "series": rows,
+                "machine": {
+                    "python": sys.version.split()[0],
+                    "platform": platform.platform(),
                     "cpus": os.cpu_count(),
-                    "note": "2 cores shared with other engineers' jobs while running"},
-        "database": "external" if os.environ.get("ENGRAM_BENCH_DATABASE_URL")
-        else "embedded PostgreSQL 18 + pgvector 0.8",
-    }, indent=2) + "\n")
+                    "note": "2 cores shared with other engineers' jobs while running",
+                },
+                "database": "external"
+                if os.environ.get("ENGRAM_BENCH_DATABASE_URL")
+                else "embedded PostgreSQL 18 + pgvector 0.8",
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {RESULTS}")
     return 0
 

@@ -50,17 +50,51 @@ USERS = 50
 # Every turn's time, so the text the embedder builds for it is known in advance.
 AT = datetime(2026, 5, 14, 9, 30, tzinfo=UTC)
 
-SUBJECTS = ["my sister", "the landlord", "our team", "the dentist", "my kid", "the bank",
-            "grandma", "the new manager", "my neighbour", "the plumber", "my partner"]
-VERBS = ["called about", "reminded me of", "asked me to reschedule", "complained about",
-         "sent a note about", "wants to talk about", "forgot", "is excited about"]
-OBJECTS = ["the quarterly report", "Saturday's birthday party", "the broken heater",
-           "a vegan recipe for lasagne", "the flight to Lisbon on the 14th",
-           "renewing the passport", "the invoice from March", "piano lessons on Tuesdays",
-           "the leaking kitchen tap", "a hiking trip in the Alps", "the school play"]
-TAILS = ["", " and I need to answer by Friday", " — can you remind me tomorrow?",
-         ", which I keep forgetting", " and it is costing us money", " again",
-         ". Please note that I prefer mornings for calls."]
+SUBJECTS = [
+    "my sister",
+    "the landlord",
+    "our team",
+    "the dentist",
+    "my kid",
+    "the bank",
+    "grandma",
+    "the new manager",
+    "my neighbour",
+    "the plumber",
+    "my partner",
+]
+VERBS = [
+    "called about",
+    "reminded me of",
+    "asked me to reschedule",
+    "complained about",
+    "sent a note about",
+    "wants to talk about",
+    "forgot",
+    "is excited about",
+]
+OBJECTS = [
+    "the quarterly report",
+    "Saturday's birthday party",
+    "the broken heater",
+    "a vegan recipe for lasagne",
+    "the flight to Lisbon on the 14th",
+    "renewing the passport",
+    "the invoice from March",
+    "piano lessons on Tuesdays",
+    "the leaking kitchen tap",
+    "a hiking trip in the Alps",
+    "the school play",
+]
+TAILS = [
+    "",
+    " and I need to answer by Friday",
+    " — can you remind me tomorrow?",
+    ", which I keep forgetting",
+    " and it is costing us money",
+    " again",
+    ". Please note that I prefer mornings for calls.",
+]
 
 
 def texts(n: int) -> list[str]:
@@ -80,7 +114,7 @@ def model_text(content: str) -> str:
 def bare_model(corpus: list[str]) -> float:
     started = time.perf_counter()
     for i in tqdm(range(0, len(corpus), BATCH), desc="bare model", unit="batch"):
-        local.encode(corpus[i:i + BATCH], batch_size=BATCH)
+        local.encode(corpus[i : i + BATCH], batch_size=BATCH)
     return time.perf_counter() - started
 
 
@@ -88,18 +122,33 @@ async def pipeline(db_url: str, redis_url: str, data_dir: Path, corpus: list[str
     from tests.support import running, start_service, wait_healthy
 
     prefix = f"bench{uuid.uuid4().hex[:6]}:"
-    common = {"database_url": SecretStr(db_url), "redis_url": SecretStr(redis_url),
-              "data_dir": data_dir, "stream_prefix": prefix}
-    es = EmbedderSettings(**common, embedding_provider="local", embed_batch_size=BATCH,
-                          embedding_local_batch=BATCH, embedder_port=free_port())
+    common = {
+        "database_url": SecretStr(db_url),
+        "redis_url": SecretStr(redis_url),
+        "data_dir": data_dir,
+        "stream_prefix": prefix,
+    }
+    es = EmbedderSettings(
+        **common,
+        embedding_provider="local",
+        embed_batch_size=BATCH,
+        embedding_local_batch=BATCH,
+        embedder_port=free_port(),
+    )
     ingest_settings = IngestSettings(**common, ingest_port=free_port())
     ingest = start_service("ingest", ingest_settings)
     pool = await asyncpg.create_pool(db_url, min_size=1, max_size=2)
     redis = aioredis.from_url(redis_url)
     users = [f"bench-{prefix[5:-1]}-{u}" for u in range(USERS)]
     turns = [
-        TurnReceived(user_id=users[i % USERS], provider="bench", chat_id=f"c{i % USERS}",
-                     role="user", content=t, occurred_at=AT)
+        TurnReceived(
+            user_id=users[i % USERS],
+            provider="bench",
+            chat_id=f"c{i % USERS}",
+            role="user",
+            content=t,
+            occurred_at=AT,
+        )
         for i, t in enumerate(corpus)
     ]
     try:
@@ -108,13 +157,16 @@ async def pipeline(db_url: str, redis_url: str, data_dir: Path, corpus: list[str
             publisher = Publisher(redis, es)
             started = time.perf_counter()
             for i in range(0, len(turns), 500):
-                await publisher.publish("turns", turns[i:i + 500])
+                await publisher.publish("turns", turns[i : i + 500])
             with tqdm(total=len(turns), desc="pipeline", unit="text") as bar:
                 while True:
-                    done = int(await pool.fetchval(
-                        "SELECT count(*) FROM messages WHERE user_id = ANY($1::text[]) "
-                        "AND embedding_state = 'ready'", users,
-                    ))
+                    done = int(
+                        await pool.fetchval(
+                            "SELECT count(*) FROM messages WHERE user_id = ANY($1::text[]) "
+                            "AND embedding_state = 'ready'",
+                            users,
+                        )
+                    )
                     bar.update(done - bar.n)
                     if done >= len(turns):
                         break
@@ -123,16 +175,27 @@ async def pipeline(db_url: str, redis_url: str, data_dir: Path, corpus: list[str
             elapsed = time.perf_counter() - started
         errors = await pool.fetchval(
             "SELECT count(*) FROM messages WHERE user_id = ANY($1::text[]) "
-            "AND embedding_state <> 'ready'", users,
+            "AND embedding_state <> 'ready'",
+            users,
         )
         assert errors == 0, f"{errors} rows not ready"
         rows = await pool.fetch(
             "SELECT content, role, display_name, occurred_at FROM messages "
-            "WHERE user_id = ANY($1::text[])", users,
+            "WHERE user_id = ANY($1::text[])",
+            users,
         )
-        embedded = {store.message_text(r["content"], r["role"], None, None, None,
-                                       speaker=r["display_name"], at=r["occurred_at"])
-                    for r in rows}
+        embedded = {
+            store.message_text(
+                r["content"],
+                r["role"],
+                None,
+                None,
+                None,
+                speaker=r["display_name"],
+                at=r["occurred_at"],
+            )
+            for r in rows
+        }
         assert embedded == {model_text(t) for t in corpus}, "the bare model saw other texts"
         return elapsed
     finally:
@@ -167,15 +230,20 @@ async def main(n: int, rounds: int) -> None:
     model_rate = n / model_s
     pipeline_rate = n / pipeline_s[mid]
     result = {
-        "texts": n, "batch_size": BATCH, "users": USERS, "rounds": rounds,
-        "model_seconds": round(model_s, 2), "pipeline_seconds": round(pipeline_s[mid], 2),
+        "texts": n,
+        "batch_size": BATCH,
+        "users": USERS,
+        "rounds": rounds,
+        "model_seconds": round(model_s, 2),
+        "pipeline_seconds": round(pipeline_s[mid], 2),
         "model_seconds_runs": [round(x, 2) for x in bare_s],
         "pipeline_seconds_runs": [round(x, 2) for x in pipeline_s],
         "ratio_runs": [round(x, 3) for x in ratios],
         "model_texts_per_s": round(model_rate, 1),
         "pipeline_texts_per_s": round(pipeline_rate, 1),
         "ratio": round(ratios[mid], 3),
-        "cpus": os.cpu_count(), "machine": platform.platform(),
+        "cpus": os.cpu_count(),
+        "machine": platform.platform(),
         "note": "median of the rounds; 2-core machine",
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -183,10 +251,16 @@ async def main(n: int, rounds: int) -> None:
     print(f"\n{'':<10}{'seconds':>10}{'texts/s':>10}")
     print(f"{'model':<10}{model_s:>10.2f}{model_rate:>10.1f}")
     print(f"{'pipeline':<10}{pipeline_s[mid]:>10.2f}{pipeline_rate:>10.1f}")
-    print(f"ratio (pipeline / model), median of {rounds} rounds: {result['ratio']:.3f} "
-          f"(rounds: {', '.join(f'{x:.3f}' for x in ratios)}; target ≥ 0.9)")
+    print(
+        f"ratio (pipeline / model), median of {rounds} rounds: {result['ratio']:.3f} "
+        f"(rounds: {', '.join(f'{x:.3f}' for x in ratios)}; target ≥ 0.9)"
+    )
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 5000,
-                     int(sys.argv[2]) if len(sys.argv) > 2 else 3))
+    asyncio.run(
+        main(
+            int(sys.argv[1]) if len(sys.argv) > 1 else 5000,
+            int(sys.argv[2]) if len(sys.argv) > 2 else 3,
+        )
+    )

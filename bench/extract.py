@@ -50,8 +50,9 @@ def load_episodes(path: Path) -> list[tuple[Transcript, datetime]]:
     for sample in data:
         conv = sample["conversation"]
         a = conv["speaker_a"]
-        keys = sorted((k for k in conv if re.fullmatch(r"session_\d+", k)),
-                      key=lambda k: int(k.split("_")[1]))
+        keys = sorted(
+            (k for k in conv if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k.split("_")[1])
+        )
         for key in keys:
             lines = []
             for turn in conv[key]:
@@ -90,7 +91,9 @@ async def offline(episodes: list[tuple[Transcript, datetime]]) -> dict[str, Any]
     wall = time.perf_counter() - started
     turns = sum(t.turns for t, _ in episodes)
     return {
-        "episodes": len(episodes), "turns": turns, "seconds": round(wall, 3),
+        "episodes": len(episodes),
+        "turns": turns,
+        "seconds": round(wall, 3),
         "episodes_per_s": round(len(episodes) / wall, 1),
         "turns_per_s": round(turns / wall, 1),
         "mean_ms_per_episode": round(statistics.mean(times) * 1000, 2),
@@ -105,12 +108,24 @@ class _Scripted:
     """Loopback chat-completions server: usage = characters / 4, fixed JSON answers."""
 
     ANSWERS = {
-        "structured summary": {"title": "Catching up about work and family",
-                               "summary": "They talked about recent events. " * 12,
-                               "key_points": ["point one", "point two", "point three"],
-                               "outcome": "informational", "topics": ["family", "work"]},
-        "extract any facts": {"facts": [{"subject": "user", "content": "A fact of a few words",
-                                         "category": "person", "confidence": 0.8}] * 3},
+        "structured summary": {
+            "title": "Catching up about work and family",
+            "summary": "They talked about recent events. " * 12,
+            "key_points": ["point one", "point two", "point three"],
+            "outcome": "informational",
+            "topics": ["family", "work"],
+        },
+        "extract any facts": {
+            "facts": [
+                {
+                    "subject": "user",
+                    "content": "A fact of a few words",
+                    "category": "person",
+                    "confidence": 0.8,
+                }
+            ]
+            * 3
+        },
     }
 
     def __init__(self) -> None:
@@ -127,9 +142,12 @@ class _Scripted:
                 answer = next((v for k, v in answers.items() if k in text), {"same": False})
                 content = json.dumps(answer)
                 usage = {"prompt_tokens": len(text) // 4, "completion_tokens": len(content) // 4}
-                data = json.dumps({"choices": [{"message": {"role": "assistant",
-                                                            "content": content}}],
-                                   "usage": usage}).encode()
+                data = json.dumps(
+                    {
+                        "choices": [{"message": {"role": "assistant", "content": content}}],
+                        "usage": usage,
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
@@ -158,21 +176,23 @@ async def llm_path(episodes: list[tuple[Transcript, datetime]], n: int) -> dict[
         server.server.shutdown()
     u = client.usage
     return {
-        "episodes": len(sample), "requests_per_episode": round(u.requests / len(sample), 2),
+        "episodes": len(sample),
+        "requests_per_episode": round(u.requests / len(sample), 2),
         "prompt_tokens_per_episode": round(u.prompt_tokens / len(sample), 1),
         "completion_tokens_per_episode": round(u.completion_tokens / len(sample), 1),
         "tokens_per_episode_mean": round(statistics.mean(per_episode), 1),
         "tokens_per_episode_max": max(per_episode),
         "by_purpose": {k: round(v / len(sample), 1) for k, v in u.by_purpose.items()},
         "note": "scripted loopback server; tokens estimated as characters/4 of the prompts "
-                "engram sends; completions are fixed JSON, not a real model's",
+        "engram sends; completions are fixed JSON, not a real model's",
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("locomo", type=Path, nargs="?",
-                        default=Path("../shared/data/locomo/locomo10.json"))
+    parser.add_argument(
+        "locomo", type=Path, nargs="?", default=Path("../shared/data/locomo/locomo10.json")
+    )
     parser.add_argument("--llm-episodes", type=int, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -180,7 +200,9 @@ def main() -> None:
         parser.error(f"{args.locomo} not found (LoCoMo's locomo10.json)")
     episodes = load_episodes(args.locomo)
     result = {
-        "dataset": str(args.locomo), "conversations": 10, "episodes": len(episodes),
+        "dataset": str(args.locomo),
+        "conversations": 10,
+        "episodes": len(episodes),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "offline": asyncio.run(offline(episodes)),
@@ -192,8 +214,10 @@ def main() -> None:
     print(f"\n{'measure':<46}{'value':>14}")
     print("-" * 60)
     for label, value in [
-        ("episodes (LoCoMo sessions)", o["episodes"]), ("turns", o["turns"]),
-        ("offline episodes/s", o["episodes_per_s"]), ("offline turns/s", o["turns_per_s"]),
+        ("episodes (LoCoMo sessions)", o["episodes"]),
+        ("turns", o["turns"]),
+        ("offline episodes/s", o["episodes_per_s"]),
+        ("offline turns/s", o["turns_per_s"]),
         ("offline ms/episode (mean)", o["mean_ms_per_episode"]),
         ("offline ms/episode (p95)", o["p95_ms_per_episode"]),
         ("offline fact candidates/episode", o["fact_candidates_per_episode"]),

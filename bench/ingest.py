@@ -28,8 +28,10 @@ from shared.settings import CommonSettings
 from shared.streams import EVENT_FIELD
 
 USERS, CHATS = 200, 5
-WORDS = ("remember the meeting with sarah about the garden project next tuesday and "
-         "bring the blue notebook coffee weather travel plans dinner italian").split()
+WORDS = (
+    "remember the meeting with sarah about the garden project next tuesday and "
+    "bring the blue notebook coffee weather travel plans dinner italian"
+).split()
 
 
 def make_turns(n: int, run: str) -> list[TurnReceived]:
@@ -38,23 +40,31 @@ def make_turns(n: int, run: str) -> list[TurnReceived]:
     for i in range(n):
         u = i % USERS
         words = [WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(12)]
-        out.append(TurnReceived(
-            user_id=f"{run}-u{u}", display_name=f"User {u}", provider="bench",
-            chat_id=f"c{(i // USERS) % CHATS}", role="user" if i % 2 == 0 else "assistant",
-            content=" ".join(words) + f" #{i}", occurred_at=t0 + timedelta(seconds=i),
-        ))
+        out.append(
+            TurnReceived(
+                user_id=f"{run}-u{u}",
+                display_name=f"User {u}",
+                provider="bench",
+                chat_id=f"c{(i // USERS) % CHATS}",
+                role="user" if i % 2 == 0 else "assistant",
+                content=" ".join(words) + f" #{i}",
+                occurred_at=t0 + timedelta(seconds=i),
+            )
+        )
     return out
 
 
 async def pipeline_run(settings: CommonSettings, turns: list[TurnReceived], run: str) -> float:
     redis = aioredis.from_url(settings.require_redis_url())
     pool = await asyncpg.create_pool(settings.require_database_url(), min_size=1, max_size=2)
-    env = {**__import__("os").environ,
-           "ENGRAM_DATABASE_URL": settings.require_database_url(),
-           "ENGRAM_REDIS_URL": settings.require_redis_url(),
-           "ENGRAM_STREAM_PREFIX": settings.stream_prefix,
-           "ENGRAM_INGEST_PORT": str(settings.ingest_port),
-           "ENGRAM_LOG_LEVEL": "WARNING"}
+    env = {
+        **__import__("os").environ,
+        "ENGRAM_DATABASE_URL": settings.require_database_url(),
+        "ENGRAM_REDIS_URL": settings.require_redis_url(),
+        "ENGRAM_STREAM_PREFIX": settings.stream_prefix,
+        "ENGRAM_INGEST_PORT": str(settings.ingest_port),
+        "ENGRAM_LOG_LEVEL": "WARNING",
+    }
     proc = subprocess.Popen([sys.executable, "-m", "services.ingest"], env=env)
     try:
         import httpx
@@ -74,14 +84,15 @@ async def pipeline_run(settings: CommonSettings, turns: list[TurnReceived], run:
         async def publish() -> None:
             for i in range(0, len(payloads), 2000):
                 pipe = redis.pipeline(transaction=False)
-                for p in payloads[i:i + 2000]:
+                for p in payloads[i : i + 2000]:
                     pipe.xadd(key, {EVENT_FIELD: p})
                 await pipe.execute()
 
         publisher = asyncio.create_task(publish())
         while True:
             done = await pool.fetchval(
-                "SELECT count(*) FROM messages WHERE user_id LIKE $1", f"{run}-%")
+                "SELECT count(*) FROM messages WHERE user_id LIKE $1", f"{run}-%"
+            )
             progress.update(done)
             if done >= len(turns):
                 break
@@ -114,15 +125,34 @@ async def copy_run(settings: CommonSettings, turns: list[TurnReceived], run: str
             [(e, f"{u}-copy", c) for (u, c), e in episodes.items()],
         )
         records = [
-            (uuid.uuid4(), f"{t.user_id}-copy", episodes[(t.user_id, t.chat_id)], t.provider,
-             t.chat_id, t.role, t.display_name, t.content, t.occurred_at)
+            (
+                uuid.uuid4(),
+                f"{t.user_id}-copy",
+                episodes[(t.user_id, t.chat_id)],
+                t.provider,
+                t.chat_id,
+                t.role,
+                t.display_name,
+                t.content,
+                t.occurred_at,
+            )
             for t in turns
         ]
         started = time.perf_counter()
         await conn.copy_records_to_table(
-            "messages", records=records,
-            columns=["event_id", "user_id", "episode_id", "provider", "chat_id", "role",
-                     "display_name", "content", "occurred_at"],
+            "messages",
+            records=records,
+            columns=[
+                "event_id",
+                "user_id",
+                "episode_id",
+                "provider",
+                "chat_id",
+                "role",
+                "display_name",
+                "content",
+                "occurred_at",
+            ],
         )
         return time.perf_counter() - started
     finally:
@@ -151,13 +181,23 @@ def main() -> None:
         "target_turns_per_s": 10_000,
     }
     path = write_result("ingest", result)
-    print(table(
-        [("end to end (Redis → ingest → PostgreSQL)", f"{pipeline_s:.2f}", f"{turns_per_s:,.0f}"),
-         ("asyncpg COPY floor", f"{copy_s:.2f}", f"{copy_rows_per_s:,.0f}")],
-        ("path", "seconds", "rows/s"),
-    ))
-    print(f"ratio (pipeline / COPY): {result['ratio']:.2f}   target ≥ 10,000 turns/s: "
-          f"{'met' if turns_per_s >= 10_000 else 'NOT met'}   → {path}")
+    print(
+        table(
+            [
+                (
+                    "end to end (Redis → ingest → PostgreSQL)",
+                    f"{pipeline_s:.2f}",
+                    f"{turns_per_s:,.0f}",
+                ),
+                ("asyncpg COPY floor", f"{copy_s:.2f}", f"{copy_rows_per_s:,.0f}"),
+            ],
+            ("path", "seconds", "rows/s"),
+        )
+    )
+    print(
+        f"ratio (pipeline / COPY): {result['ratio']:.2f}   target ≥ 10,000 turns/s: "
+        f"{'met' if turns_per_s >= 10_000 else 'NOT met'}   → {path}"
+    )
 
 
 if __name__ == "__main__":

@@ -62,8 +62,7 @@ REFERENCES = [  # turn-level, categories 1-5 (docs/retrieval.md, the data's READ
     ("BM25 (reference)", {"r@10": 0.528}),
     ("all-MiniLM-L6-v2 dense (reference)", {"r@10": 0.466}),
     ("0.7/0.3 min-max hybrid (reference)", {"r@10": 0.596}),
-    ("DRAGON, LoCoMo paper Table 3", {"r@5": 0.567, "r@10": 0.662, "r@25": 0.767,
-                                      "r@50": 0.827}),
+    ("DRAGON, LoCoMo paper Table 3", {"r@5": 0.567, "r@10": 0.662, "r@25": 0.767, "r@50": 0.827}),
 ]
 
 
@@ -114,16 +113,18 @@ def load(path: Path) -> list[Conversation]:
     for sample in json.loads(path.read_text()):
         c = sample["conversation"]
         conv = Conversation(sample["sample_id"], c["speaker_a"])
-        keys = sorted((k for k in c if re.fullmatch(r"session_\d+", k)),
-                      key=lambda k: int(k.split("_")[1]))
+        keys = sorted(
+            (k for k in c if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k.split("_")[1])
+        )
         for key in keys:
             start = _session_time(c[f"{key}_date_time"])
             for i, t in enumerate(c[key]):
                 text = t["text"]
                 if t.get("blip_caption"):
                     text = f"{text} [shares an image: {t['blip_caption']}]"
-                conv.turns.append(Turn(t["dia_id"], t["speaker"], text,
-                                       start + timedelta(seconds=i)))
+                conv.turns.append(
+                    Turn(t["dia_id"], t["speaker"], text, start + timedelta(seconds=i))
+                )
         for qa in sample["qa"]:
             evidence = _evidence_ids(qa.get("evidence", []))
             if evidence:
@@ -135,10 +136,14 @@ def load(path: Path) -> list[Conversation]:
 def turn_events(conv: Conversation) -> list[TurnReceived]:
     return [
         TurnReceived(
-            occurred_at=t.when, user_id=conv.user_id, display_name=t.speaker,
-            provider="locomo", chat_id=conv.sample_id,
+            occurred_at=t.when,
+            user_id=conv.user_id,
+            display_name=t.speaker,
+            provider="locomo",
+            chat_id=conv.sample_id,
             role="user" if t.speaker == conv.speaker_a else "assistant",
-            content=t.text, external_message_id=t.dia_id,
+            content=t.text,
+            external_message_id=t.dia_id,
         )
         for t in conv.turns
     ]
@@ -161,8 +166,12 @@ def _service_env(settings: CommonSettings) -> dict[str, str]:
 @contextlib.contextmanager
 def services(settings: CommonSettings, names: list[str]) -> Iterator[None]:
     """Run ``services.<name>`` as processes on the settings' ports until the block ends."""
-    procs = {n: subprocess.Popen([sys.executable, "-m", f"services.{n}"],
-                                 env=_service_env(settings), cwd=ROOT) for n in names}
+    procs = {
+        n: subprocess.Popen(
+            [sys.executable, "-m", f"services.{n}"], env=_service_env(settings), cwd=ROOT
+        )
+        for n in names
+    }
     try:
         deadline = time.monotonic() + 180
         waiting = set(names)
@@ -229,7 +238,7 @@ async def load_turns(
         for conv in convs:
             events = turn_events(conv)
             for i in range(0, len(events), 500):
-                await publisher.publish("turns", events[i:i + 500])
+                await publisher.publish("turns", events[i : i + 500])
     finally:
         await redis.aclose()
     published = time.perf_counter() - started
@@ -247,10 +256,15 @@ async def load_turns(
         await asyncio.sleep(0.5)
     total = time.perf_counter() - started
     progress.update(expected, force=True)
-    return {"reused": False, "turns": expected, "errors": row["errors"],
-            "publish_s": round(published, 2), "stored_s": round(stored_at or total, 2),
-            "ingest_and_embed_s": round(total, 2),
-            "turns_per_s": round(expected / total, 1)}
+    return {
+        "reused": False,
+        "turns": expected,
+        "errors": row["errors"],
+        "publish_s": round(published, 2),
+        "stored_s": round(stored_at or total, 2),
+        "ingest_and_embed_s": round(total, 2),
+        "turns_per_s": round(expected / total, 1),
+    }
 
 
 # -- asking and scoring -------------------------------------------------------------
@@ -269,8 +283,12 @@ def score(ranked: list[str], evidence: frozenset[str]) -> dict[str, float]:
 
 
 async def ask_all(
-    base_url: str, keys: dict[str, str], convs: list[Conversation], mode: str,
-    *, concurrency: int = 4,
+    base_url: str,
+    keys: dict[str, str],
+    convs: list[Conversation],
+    mode: str,
+    *,
+    concurrency: int = 4,
 ) -> list[tuple[int, dict[str, float], float]]:
     """Every question in ``mode``: (category, scores, seconds) each."""
     slots = asyncio.Semaphore(concurrency)
@@ -278,8 +296,9 @@ async def ask_all(
     progress = Progress(f"questions ({mode})", len(work))
     done = 0
 
-    async def one(client: httpx.AsyncClient, conv: Conversation, q: Question
-                  ) -> tuple[int, dict[str, float], float]:
+    async def one(
+        client: httpx.AsyncClient, conv: Conversation, q: Question
+    ) -> tuple[int, dict[str, float], float]:
         nonlocal done
         async with slots:
             t0 = time.perf_counter()
@@ -316,8 +335,10 @@ def summarise(rows: list[tuple[int, dict[str, float], float]]) -> dict[str, Any]
         out[name] = {m: round(sum(s[m] for s in scores) / len(scores), 4) for m in scores[0]}
         out[name]["n"] = len(scores)
     latencies = sorted(e for _, _, e in rows)
-    out["latency_ms"] = {"p50": round(latencies[len(latencies) // 2] * 1000, 1),
-                         "p95": round(latencies[int(len(latencies) * 0.95)] * 1000, 1)}
+    out["latency_ms"] = {
+        "p50": round(latencies[len(latencies) // 2] * 1000, 1),
+        "p95": round(latencies[int(len(latencies) * 0.95)] * 1000, 1),
+    }
     return out
 
 
@@ -350,21 +371,30 @@ async def run(path: Path, modes: list[str], *, reuse: bool) -> dict[str, Any]:
             await pool.close()
         base = f"http://127.0.0.1:{settings.query_port}"
         results = {m: summarise(await ask_all(base, keys, convs, m)) for m in modes}
-    return {"dataset": str(path), "stack": where, "conversations": len(convs),
-            "turns": sum(len(c.turns) for c in convs),
-            "questions": sum(len(c.questions) for c in convs),
-            "loading": loading, "results": results,
-            "references": dict(REFERENCES),
-            "note": "2-core machine shared with other engineers' work while measured"}
+    return {
+        "dataset": str(path),
+        "stack": where,
+        "conversations": len(convs),
+        "turns": sum(len(c.turns) for c in convs),
+        "questions": sum(len(c.questions) for c in convs),
+        "loading": loading,
+        "results": results,
+        "references": dict(REFERENCES),
+        "note": "2-core machine shared with other engineers' work while measured",
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("locomo", type=Path, nargs="?", default=DEFAULT_PATH)
-    parser.add_argument("--modes", default="fts,bm25,semantic,hybrid,rrf,fused",
-                        help="comma-separated message-search modes to compare")
-    parser.add_argument("--reuse", action="store_true",
-                        help="keep the users if every turn is already embedded")
+    parser.add_argument(
+        "--modes",
+        default="fts,bm25,semantic,hybrid,rrf,fused",
+        help="comma-separated message-search modes to compare",
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep the users if every turn is already embedded"
+    )
     parser.add_argument("--name", default="locomo", help="bench/results/<name>.json")
     args = parser.parse_args()
     if not args.locomo.exists():
@@ -374,8 +404,10 @@ def main() -> None:
     print(report(result["results"]))
     if not result["loading"].get("reused"):
         lo = result["loading"]
-        print(f"\ningest + embed of {lo['turns']:,} turns: {lo['ingest_and_embed_s']} s "
-              f"({lo['turns_per_s']} turns/s; all stored after {lo['stored_s']} s)")
+        print(
+            f"\ningest + embed of {lo['turns']:,} turns: {lo['ingest_and_embed_s']} s "
+            f"({lo['turns_per_s']} turns/s; all stored after {lo['stored_s']} s)"
+        )
     print(f"\nwritten to {write_result(args.name, result)}")
 
 

@@ -86,8 +86,13 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     def p(q: float) -> float:
         return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 2)
 
-    return {"n": len(s), "p50_ms": p(0.50), "p95_ms": p(0.95), "p99_ms": p(0.99),
-            "mean_ms": round(statistics.fmean(s) * 1000, 2)}
+    return {
+        "n": len(s),
+        "p50_ms": p(0.50),
+        "p95_ms": p(0.95),
+        "p99_ms": p(0.99),
+        "mean_ms": round(statistics.fmean(s) * 1000, 2),
+    }
 
 
 async def measure(fn: Callable[[int], Awaitable[Any]], n: int, concurrency: int) -> dict[str, Any]:
@@ -148,14 +153,15 @@ async def load(pool: asyncpg.Pool, plan: list[tuple[str, int]], data: Data) -> d
             return {"skipped": True}
         indexes = await conn.fetch(
             "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memory_items' "
-            "AND indexname <> 'memory_items_pkey'")
+            "AND indexname <> 'memory_items_pkey'"
+        )
         for ix in indexes:
             await conn.execute(f'DROP INDEX "{ix["indexname"]}"')
-        await conn.copy_records_to_table(
-            "users", records=[(u,) for u, _ in plan], columns=["id"])
+        await conn.copy_records_to_table("users", records=[(u,) for u, _ in plan], columns=["id"])
         await conn.executemany(
             "INSERT INTO themes (user_id, slug, display_name) VALUES ($1, 'general', 'General')",
-            [(u,) for u, _ in plan])
+            [(u,) for u, _ in plan],
+        )
         total = sum(n for _, n in plan)
         done, started = 0, time.perf_counter()
         rows: list[tuple[Any, ...]] = []
@@ -164,9 +170,17 @@ async def load(pool: asyncpg.Pool, plan: list[tuple[str, int]], data: Data) -> d
         async def flush() -> None:
             nonlocal done, rows
             await conn.copy_records_to_table(
-                "memory_items", records=rows,
-                columns=["user_id", "type", "content", "embedding", "embedding_state",
-                         "created_at"])
+                "memory_items",
+                records=rows,
+                columns=[
+                    "user_id",
+                    "type",
+                    "content",
+                    "embedding",
+                    "embedding_state",
+                    "created_at",
+                ],
+            )
             done += len(rows)
             rows = []
             rate = done / (time.perf_counter() - started)
@@ -180,8 +194,11 @@ async def load(pool: asyncpg.Pool, plan: list[tuple[str, int]], data: Data) -> d
                 vecs, texts = data.vectors(take), data.texts(take)
                 stamps = data.rng.uniform(base, time.time(), take)
                 from datetime import UTC, datetime
-                rows += [(user, "fact", t, v, "ready", datetime.fromtimestamp(s, UTC))
-                         for t, v, s in zip(texts, vecs, stamps, strict=True)]
+
+                rows += [
+                    (user, "fact", t, v, "ready", datetime.fromtimestamp(s, UTC))
+                    for t, v, s in zip(texts, vecs, stamps, strict=True)
+                ]
                 left -= take
                 if len(rows) >= batch:
                     await flush()
@@ -208,11 +225,14 @@ async def load(pool: asyncpg.Pool, plan: list[tuple[str, int]], data: Data) -> d
                     shown = time.perf_counter()
                     prog = await pool.fetchrow(
                         "SELECT phase, tuples_done, tuples_total, blocks_done, blocks_total "
-                        "FROM pg_stat_progress_create_index")
+                        "FROM pg_stat_progress_create_index"
+                    )
                     if prog:
-                        log(f"    {prog['phase']}: tuples {prog['tuples_done']:,}"
+                        log(
+                            f"    {prog['phase']}: tuples {prog['tuples_done']:,}"
                             f"/{prog['tuples_total']:,} blocks {prog['blocks_done']:,}"
-                            f"/{prog['blocks_total']:,}  ({time.perf_counter() - t:.0f}s)")
+                            f"/{prog['blocks_total']:,}  ({time.perf_counter() - t:.0f}s)"
+                        )
             await task
             timings[ix["indexname"]] = round(time.perf_counter() - t, 1)
         log("  VACUUM ANALYZE ...")
@@ -222,12 +242,16 @@ async def load(pool: asyncpg.Pool, plan: list[tuple[str, int]], data: Data) -> d
 
 def start_server(settings: CommonSettings, port: int) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
-    env.update({
-        "ENGRAM_DATABASE_URL": settings.require_database_url(),
-        "ENGRAM_REDIS_URL": settings.require_redis_url(),
-        "ENGRAM_QUERY_PORT": str(port), "ENGRAM_LOG_LEVEL": "WARNING",
-        "ENGRAM_DB_POOL_MAX": "16", "HF_HUB_OFFLINE": "1",
-    })
+    env.update(
+        {
+            "ENGRAM_DATABASE_URL": settings.require_database_url(),
+            "ENGRAM_REDIS_URL": settings.require_redis_url(),
+            "ENGRAM_QUERY_PORT": str(port),
+            "ENGRAM_LOG_LEVEL": "WARNING",
+            "ENGRAM_DB_POOL_MAX": "16",
+            "HF_HUB_OFFLINE": "1",
+        }
+    )
     return subprocess.Popen([sys.executable, "-m", "bench.search_server"], env=env, cwd=ROOT)
 
 
@@ -277,8 +301,10 @@ async def _bench(args: argparse.Namespace, settings: CommonSettings) -> dict[str
     pool = await create_pool(url, min_size=2, max_size=20)
     data = Data()
     plan = plan_users(args.total, args.big, args.users)
-    log(f"loading {sum(n for _, n in plan):,} items for {len(plan):,} users "
-        f"({args.big:,} for {BIG}) ...")
+    log(
+        f"loading {sum(n for _, n in plan):,} items for {len(plan):,} users "
+        f"({args.big:,} for {BIG}) ..."
+    )
     loaded = await load(pool, plan, data)
     queries = [data.query() for _ in range(1000)]
     results: dict[str, Any] = {"load": loaded}
@@ -306,17 +332,23 @@ async def _bench(args: argparse.Namespace, settings: CommonSettings) -> dict[str
                 key = f"{name}/{'big' if user == BIG else 'regular'}/c{c}"
                 results[key] = await measure(lambda i, u=user, f=fn: f(u, i), n, c)
                 log(f"  {key}: {results[key]}")
-    got = await search(pool, SearchParams(query="w1 w2", limit=10), user_id=SMALL,
-                       vector=queries[0][1])
+    got = await search(
+        pool, SearchParams(query="w1 w2", limit=10), user_id=SMALL, vector=queries[0][1]
+    )
     results["small_user_50_items_k10"] = len(got.hits)
 
     redis = __import__("redis.asyncio", fromlist=["from_url"]).from_url(
-        settings.require_redis_url())
+        settings.require_redis_url()
+    )
     publisher = Publisher(redis, settings)
 
     async def add(i: int) -> None:
-        await ms.add_memory(pool, publisher, user_id=BIG, item=ms.NewMemory(
-            type="fact", content=f"bench add number {i} " + data.texts(1)[0]))
+        await ms.add_memory(
+            pool,
+            publisher,
+            user_id=BIG,
+            item=ms.NewMemory(type="fact", content=f"bench add number {i} " + data.texts(1)[0]),
+        )
 
     await measure(add, 20, 1)
     results["add_server/c1"] = await measure(add, args.n, 1)
@@ -329,28 +361,30 @@ async def _bench(args: argparse.Namespace, settings: CommonSettings) -> dict[str
         await wait_http(port, proc)
         _, secret = await create_key(pool, user_id=BIG)
         h = {"Authorization": f"Bearer {secret}"}
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=h,
-                                     timeout=60) as client:
-            words = [" ".join(VOCAB[j] for j in data.rng.integers(0, 300, 3))
-                     for _ in range(200)]
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", headers=h, timeout=60
+        ) as client:
+            words = [" ".join(VOCAB[j] for j in data.rng.integers(0, 300, 3)) for _ in range(200)]
             mode: dict[str, int] = {}
 
             async def http_search(i: int) -> None:
-                r = await client.post("/v1/memory/search",
-                                      json={"query": words[i % len(words)], "limit": 10})
+                r = await client.post(
+                    "/v1/memory/search", json={"query": words[i % len(words)], "limit": 10}
+                )
                 r.raise_for_status()
                 mode[r.json()["mode"]] = mode.get(r.json()["mode"], 0) + 1
 
             async def http_add(i: int) -> None:
-                r = await client.post("/v1/memory/add", json={
-                    "type": "fact", "content": f"http add {i} " + words[i % len(words)]})
+                r = await client.post(
+                    "/v1/memory/add",
+                    json={"type": "fact", "content": f"http add {i} " + words[i % len(words)]},
+                )
                 r.raise_for_status()
 
             await measure(http_search, 10, 1)
             for c in (1, 16):
                 n = args.n if c == 1 else args.n * 2
-                results[f"hybrid_http_local_embedding/big/c{c}"] = await measure(
-                    http_search, n, c)
+                results[f"hybrid_http_local_embedding/big/c{c}"] = await measure(http_search, n, c)
                 log(f"  http search c{c}: {results[f'hybrid_http_local_embedding/big/c{c}']}")
             results["http_search_modes"] = mode
             await measure(http_add, 10, 1)
@@ -368,8 +402,10 @@ def table(results: dict[str, Any]) -> str:
     lines = [f"{'measurement':<45} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'rps':>8}"]
     for key, v in results.items():
         if isinstance(v, dict) and "p95_ms" in v:
-            lines.append(f"{key:<45} {v['n']:>5} {v['p50_ms']:>8} {v['p95_ms']:>8} "
-                         f"{v['p99_ms']:>8} {v['throughput_per_s']:>8}")
+            lines.append(
+                f"{key:<45} {v['n']:>5} {v['p50_ms']:>8} {v['p95_ms']:>8} "
+                f"{v['p99_ms']:>8} {v['throughput_per_s']:>8}"
+            )
     return "\n".join(lines)
 
 
@@ -384,22 +420,33 @@ def main() -> None:
     started = time.perf_counter()
     results = asyncio.run(run(args))
     report = {
-        "benchmark": "search", "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "note": "2-core machine shared with other engineers' work; "
-                            "numbers are noisy upper bounds"},
-        "data": {"total_items": args.total, "big_user_items": args.big, "users": args.users,
-                 "vectors": "synthetic: 384-d unit vectors around 256 random centres",
-                 "text": "synthetic: 12 words from a Zipf-Mandelbrot 50,000-word vocabulary"},
+        "benchmark": "search",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "note": "2-core machine shared with other engineers' work; "
+            "numbers are noisy upper bounds",
+        },
+        "data": {
+            "total_items": args.total,
+            "big_user_items": args.big,
+            "users": args.users,
+            "vectors": "synthetic: 384-d unit vectors around 256 random centres",
+            "text": "synthetic: 12 words from a Zipf-Mandelbrot 50,000-word vocabulary",
+        },
         "targets": {"hybrid_server_p95_ms_at_100k": 15, "add_p95_ms": 5},
-        "results": results, "seconds": round(time.perf_counter() - started, 1),
+        "results": results,
+        "seconds": round(time.perf_counter() - started, 1),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     print()
     print(table(results))
-    print(f"\nsmall user (50 items among {args.total:,}) got "
-          f"{results['small_user_50_items_k10']} of 10 results")
+    print(
+        f"\nsmall user (50 items among {args.total:,}) got "
+        f"{results['small_user_50_items_k10']} of 10 results"
+    )
     print(f"written to {args.out}")
 
 

@@ -58,19 +58,22 @@ async def main(rows: int) -> None:
                               embedding vector({DIM}))""")
         data = vectors(rows, rng, centers)
         big = int(rows * 0.4)
-        owners = (["big"] * big + [f"u{i % users}" for i in range(rows - 50 - big)]
-                  + ["small"] * 50)
+        owners = ["big"] * big + [f"u{i % users}" for i in range(rows - 50 - big)] + ["small"] * 50
         t0 = time.perf_counter()
         await conn.copy_records_to_table(
-            "items", records=[(i, owners[i], data[i]) for i in range(rows)],
+            "items",
+            records=[(i, owners[i], data[i]) for i in range(rows)],
             columns=["id", "user_id", "embedding"],
         )
         await conn.execute("CREATE INDEX items_user_idx ON items (user_id)")
         await conn.execute("ANALYZE items")
         print(f"loaded {rows} rows in {time.perf_counter() - t0:.1f} s")
         queries = vectors(60, rng, centers)
-        groups = {"spread": [f"u{i}" for i in range(0, users, 10)],
-                  "small": ["small"] * 10, "big": ["big"] * 20}
+        groups = {
+            "spread": [f"u{i}" for i in range(0, users, 10)],
+            "small": ["small"] * 10,
+            "big": ["big"] * 20,
+        }
         probe_users = [u for g in groups.values() for u in g]
         group_of = [g for g, us in groups.items() for _ in us]
         truth = {}
@@ -85,13 +88,16 @@ async def main(rows: int) -> None:
                 t0 = time.perf_counter()
                 await conn.execute(ddl)
                 build = time.perf_counter() - t0
-            size = await conn.fetchval(
-                "SELECT coalesce(pg_relation_size('items_idx'::regclass), 0)"
-            ) if ddl else 0
+            size = (
+                await conn.fetchval("SELECT coalesce(pg_relation_size('items_idx'::regclass), 0)")
+                if ddl
+                else 0
+            )
             await conn.execute("SET hnsw.ef_search = 40")
             await conn.execute("SET hnsw.iterative_scan = relaxed_order")
             per: dict[str, dict[str, list[float]]] = {
-                g: {"lat": [], "recall": [], "short": []} for g in groups}
+                g: {"lat": [], "recall": [], "short": []} for g in groups
+            }
             for i, u in enumerate(probe_users):
                 t0 = time.perf_counter()
                 got = [r["id"] for r in await conn.fetch(QUERY[name], u, queries[i])]
@@ -101,8 +107,9 @@ async def main(rows: int) -> None:
                 g["short"].append(float(len(got) < K))
             out[name] = {"build_s": round(build, 2), "index_mb": round(size / 2**20, 1)}
             for gname, g in per.items():
-                plan = await conn.fetchval("EXPLAIN (FORMAT JSON) " + QUERY[name],
-                                           groups[gname][0], queries[0])
+                plan = await conn.fetchval(
+                    "EXPLAIN (FORMAT JSON) " + QUERY[name], groups[gname][0], queries[0]
+                )
                 out[name][gname] = {
                     "p50_ms": round(statistics.median(g["lat"]), 2),
                     "max_ms": round(max(g["lat"]), 2),
@@ -113,16 +120,21 @@ async def main(rows: int) -> None:
             print(name, json.dumps(out[name]))
         await conn.close()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"rows": rows, "users": users + 1, "dim": DIM,
-                                   "variants": out}, indent=2) + "\n")
-    print(f"{'variant':<14}{'user':<8}{'build s':>9}{'MB':>8}{'p50 ms':>9}{'max ms':>9}"
-          f"{'recall':>8}{'short':>7}{'hnsw':>6}")
+    RESULTS.write_text(
+        json.dumps({"rows": rows, "users": users + 1, "dim": DIM, "variants": out}, indent=2) + "\n"
+    )
+    print(
+        f"{'variant':<14}{'user':<8}{'build s':>9}{'MB':>8}{'p50 ms':>9}{'max ms':>9}"
+        f"{'recall':>8}{'short':>7}{'hnsw':>6}"
+    )
     for name, r in out.items():
         for gname in groups:
             g = r[gname]
-            print(f"{name:<14}{gname:<8}{r['build_s']:>9}{r['index_mb']:>8}{g['p50_ms']:>9}"
-                  f"{g['max_ms']:>9}{g['recall_at_10']:>8}{g['searches_short_of_10']:>7}"
-                  f"{'yes' if g['plan_uses_hnsw'] else 'no':>6}")
+            print(
+                f"{name:<14}{gname:<8}{r['build_s']:>9}{r['index_mb']:>8}{g['p50_ms']:>9}"
+                f"{g['max_ms']:>9}{g['recall_at_10']:>8}{g['searches_short_of_10']:>7}"
+                f"{'yes' if g['plan_uses_hnsw'] else 'no':>6}"
+            )
 
 
 if __name__ == "__main__":

@@ -55,11 +55,21 @@ async def create_key(
         VALUES ($1, $2, $3, $4, $5)
         RETURNING id
         """,
-        user_id, name, hash_key(secret), prefix, is_admin,
+        user_id,
+        name,
+        hash_key(secret),
+        prefix,
+        is_admin,
     )
     assert row is not None
-    await audit(conn, user_id=user_id, action="create", entity="api_key",
-                entity_id=str(row["id"]), details={"prefix": prefix, "admin": is_admin})
+    await audit(
+        conn,
+        user_id=user_id,
+        action="create",
+        entity="api_key",
+        entity_id=str(row["id"]),
+        details={"prefix": prefix, "admin": is_admin},
+    )
     return ApiKey(row["id"], user_id, is_admin, prefix, name), secret
 
 
@@ -89,15 +99,23 @@ async def revoke_key(conn: Executor, prefix: str) -> ApiKey:
     )
     if row is None:
         raise NotFound(f"no live key with prefix {prefix!r}")
-    await audit(conn, user_id=row["user_id"], action="revoke", entity="api_key",
-                entity_id=str(row["id"]), details={"prefix": row["prefix"]})
+    await audit(
+        conn,
+        user_id=row["user_id"],
+        action="revoke",
+        entity="api_key",
+        entity_id=str(row["id"]),
+        details={"prefix": row["prefix"]},
+    )
     return ApiKey(row["id"], row["user_id"], row["is_admin"], row["prefix"], row["name"])
 
 
 async def list_keys(conn: Executor) -> list[asyncpg.Record]:
-    return list(await conn.fetch(
-        """
+    return list(
+        await conn.fetch(
+            """
         SELECT prefix, user_id, is_admin, name, created_at, revoked_at
         FROM api_keys ORDER BY created_at
         """
-    ))
+        )
+    )

@@ -21,9 +21,7 @@ Executor = Conn | asyncpg.Pool
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
     for typ in ("json", "jsonb"):
-        await conn.set_type_codec(
-            typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
-        )
+        await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
 async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:

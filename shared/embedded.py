@@ -64,10 +64,19 @@ class EmbeddedRedis:
     def start(self, *, persistent: bool = True) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
-            redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-            "--dir", str(self.data_dir.resolve()), "--save", "",
-            "--appendonly", "yes" if persistent else "no",
-            "--logfile", str((self.data_dir / "redis.log").resolve()),
+            redis_binary(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.data_dir.resolve()),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if persistent else "no",
+            "--logfile",
+            str((self.data_dir / "redis.log").resolve()),
         ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 15
@@ -102,7 +111,10 @@ class EmbeddedPostgres:
     """
 
     def __init__(
-        self, data_dir: Path, *, delete_on_exit: bool = False,
+        self,
+        data_dir: Path,
+        *,
+        delete_on_exit: bool = False,
         config: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = data_dir

@@ -111,9 +111,7 @@ class EmbedRequested(Event):
 class ExtractRequested(Event):
     """An episode to summarise and learn facts from."""
 
-    schema_: Literal["extract.requested.v1"] = Field(
-        default="extract.requested.v1", alias="schema"
-    )
+    schema_: Literal["extract.requested.v1"] = Field(default="extract.requested.v1", alias="schema")
     episode_id: uuid.UUID
     user_id: str
     reason: Literal["closed", "stale", "manual"] = "closed"

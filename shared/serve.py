@@ -20,6 +20,10 @@ def setup_logging(level: str) -> None:
 def serve(app: FastAPI, settings: CommonSettings, *, port: int) -> None:
     setup_logging(settings.log_level)
     uvicorn.run(
-        app, host=settings.host, port=port, log_level=settings.log_level.lower(),
-        access_log=False, lifespan="on",
+        app,
+        host=settings.host,
+        port=port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        lifespan="on",
     )

@@ -136,13 +136,14 @@ def run_stack(settings: CommonSettings, services: list[str] | None = None) -> in
             print(f"  {name:<10} http://{h}:{stack.port(name)}/metrics  /health")
         print(f"  PostgreSQL {stack.database_url}")
         print(f"  Redis      {stack.redis_url}")
-        print("  publish    engram publish FILE.jsonl   (or: make publish FILE=...)\n",
-              flush=True)
+        print("  publish    engram publish FILE.jsonl   (or: make publish FILE=...)\n", flush=True)
         while not stopping:
             for name, proc in stack.processes.items():
                 if proc.poll() is not None:
-                    print(f"service {name} exited with code {proc.returncode}; stopping",
-                          file=sys.stderr)
+                    print(
+                        f"service {name} exited with code {proc.returncode}; stopping",
+                        file=sys.stderr,
+                    )
                     stopping = True
             time.sleep(0.3)
         return 0

@@ -79,9 +79,7 @@ class Publisher:
         """XADD each event to ``stream`` (a logical name such as ``turns``); return entry ids."""
         return await self.publish_many([(stream, events)])
 
-    async def publish_many(
-        self, batches: Sequence[tuple[str, Sequence[Event]]]
-    ) -> list[str]:
+    async def publish_many(self, batches: Sequence[tuple[str, Sequence[Event]]]) -> list[str]:
         """XADD events to several streams in one pipeline round trip; return entry ids."""
         pipe = self._redis.pipeline(transaction=False)
         keys = []
@@ -212,8 +210,7 @@ class StreamConsumer(Generic[T]):
         def batch_handler(name: str) -> Callable[..., Awaitable[None]]:
             async def on_batch(body: Any, msg: StreamMessage[Any] = _MESSAGE) -> None:
                 raw = msg.raw_message
-                ids = [i.decode() if isinstance(i, bytes) else str(i)
-                       for i in raw["message_ids"]]
+                ids = [i.decode() if isinstance(i, bytes) else str(i) for i in raw["message_ids"]]
                 entries = list(zip(ids, raw["data"], strict=True))
                 if self.linger_ms and len(entries) < self.batch:
                     entries += await self._linger(name, self.batch - len(entries))
@@ -237,7 +234,10 @@ class StreamConsumer(Generic[T]):
             await self.process([(ids[0], raw["data"])], attempts=attempts, owner=self.consumer)
 
     async def process(
-        self, entries: list[tuple[str, dict[bytes, bytes]]], *, attempts: int | None,
+        self,
+        entries: list[tuple[str, dict[bytes, bytes]]],
+        *,
+        attempts: int | None,
         owner: str | None = None,
     ) -> None:
         """Parse, dead-letter the unparseable, hand the rest to the use case, ack what is done."""
@@ -254,8 +254,11 @@ class StreamConsumer(Generic[T]):
                 await self.dead_letter(entry_id, fields, _describe(exc), attempts or 1)
                 done.append(entry_id)
         if good:
-            keeper = (asyncio.create_task(self._keep_claimed(owner, [d.entry_id for d in good]))
-                      if owner is not None else None)
+            keeper = (
+                asyncio.create_task(self._keep_claimed(owner, [d.entry_id for d in good]))
+                if owner is not None
+                else None
+            )
             try:
                 try:
                     rejected = await self.handle(good) or {}
@@ -277,9 +280,7 @@ class StreamConsumer(Generic[T]):
                 done.extend(await self._one_by_one(good, attempts, exc))
         self._backoff = 0.0
         await self._ack(done)
-        self.metrics.handler_seconds.labels(self.stream_name).observe(
-            time.perf_counter() - started
-        )
+        self.metrics.handler_seconds.labels(self.stream_name).observe(time.perf_counter() - started)
 
     async def _keep_claimed(self, owner: str, ids: list[str]) -> None:
         """While ``owner`` works on ``ids``, reset their idle time (XCLAIM to the same
@@ -292,11 +293,13 @@ class StreamConsumer(Generic[T]):
         while True:
             await asyncio.sleep(period)
             try:
-                await self._redis().xclaim(self.stream, self.group, owner, 0, list[Any](ids),
-                                          justid=True)
+                await self._redis().xclaim(
+                    self.stream, self.group, owner, 0, list[Any](ids), justid=True
+                )
             except Exception as exc:  # noqa: BLE001 - the batch goes on; a reclaim is the cost
-                log.warning("%s: could not extend the claim on %d entries: %s",
-                            self.stream, len(ids), exc)
+                log.warning(
+                    "%s: could not extend the claim on %d entries: %s", self.stream, len(ids), exc
+                )
 
     async def _one_by_one(
         self, good: list[Delivery[T]], attempts: int | None, batch_error: Exception
@@ -304,8 +307,12 @@ class StreamConsumer(Generic[T]):
         """Retry each entry alone; return the ids that are finished (stored or dead)."""
         finished: list[str] = []
         if len(good) > 1:
-            log.info("%s: batch of %d failed (%s); retrying one by one", self.stream,
-                     len(good), batch_error)
+            log.info(
+                "%s: batch of %d failed (%s); retrying one by one",
+                self.stream,
+                len(good),
+                batch_error,
+            )
         for delivery in good:
             try:
                 if len(good) > 1:
@@ -325,8 +332,9 @@ class StreamConsumer(Generic[T]):
                     )
                     finished.append(delivery.entry_id)
                 else:
-                    log.warning("%s %s: attempt %d failed: %s", self.stream,
-                                delivery.entry_id, n, exc)
+                    log.warning(
+                        "%s %s: attempt %d failed: %s", self.stream, delivery.entry_id, n, exc
+                    )
                     self.metrics.events.labels(self.stream_name, "retry").inc()
         return finished
 
@@ -361,8 +369,13 @@ class StreamConsumer(Generic[T]):
         )
         self.metrics.events.labels(self.stream_name, "dead").inc()
         self.metrics.dead_lettered.labels(self.stream_name).inc()
-        log.warning("%s %s dead-lettered after %d attempt(s): %s", self.stream, entry_id,
-                    attempts, error[:300])
+        log.warning(
+            "%s %s dead-lettered after %d attempt(s): %s",
+            self.stream,
+            entry_id,
+            attempts,
+            error[:300],
+        )
 
     async def _linger(self, consumer: str, wanted: int) -> list[tuple[str, dict[bytes, bytes]]]:
         """Read more entries for up to ``linger_ms`` so a small batch can fill up to
@@ -375,7 +388,10 @@ class StreamConsumer(Generic[T]):
             if left_ms < 1:
                 break
             reply = await self._redis().xreadgroup(
-                self.group, consumer, {self.stream: ">"}, count=wanted - len(got),
+                self.group,
+                consumer,
+                {self.stream: ">"},
+                count=wanted - len(got),
                 block=left_ms,
             )
             stream_items: list[Any] = list(reply or [])

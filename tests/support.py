@@ -21,7 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 async def wait_for(
-    check: Callable[[], Awaitable[Any]], *, timeout: float = 60.0, interval: float = 0.05,
+    check: Callable[[], Awaitable[Any]],
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.05,
     message: str = "condition",
 ) -> Any:
     """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""

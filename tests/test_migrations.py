@@ -6,8 +6,10 @@ async def test_migrations_run_twice_without_change(infra):
     conn = await connect(infra.database_url, codecs=False)
     try:
         assert await migrate(conn, embedding_dim=384) == []
-        versions = [r["version"] for r in await conn.fetch(
-            "SELECT version FROM schema_migrations ORDER BY version")]
+        versions = [
+            r["version"]
+            for r in await conn.fetch("SELECT version FROM schema_migrations ORDER BY version")
+        ]
         assert versions == [m.version for m in load_migrations()]
     finally:
         await conn.close()

@@ -13,17 +13,16 @@ def _turn(i: int) -> TurnReceived:
     return TurnReceived(user_id="u", provider="p", chat_id="c", role="user", content=f"t{i}")
 
 
-async def test_a_lingering_read_gathers_entries_that_arrive_within_the_window(
-    settings, redis
-):
+async def test_a_lingering_read_gathers_entries_that_arrive_within_the_window(settings, redis):
     batches: list[list[str]] = []
 
     async def handle(batch):
         batches.append([d.event.content for d in batch])
 
     rt = Runtime("test", settings)
-    rt.consume(stream="turns", group="g", adapter=turn_adapter, handle=handle,
-               batch=10, linger_ms=400)
+    rt.consume(
+        stream="turns", group="g", adapter=turn_adapter, handle=handle, batch=10, linger_ms=400
+    )
     await rt.start()
     try:
         pub = Publisher(redis, settings)

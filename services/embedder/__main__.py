@@ -1,4 +1,5 @@
 """engram embedder service."""
+
 from services.embedder.app import create_app
 from services.embedder.settings import EmbedderSettings
 from shared.serve import serve

@@ -28,13 +28,22 @@ def create_app(
 
     async def on_embed(batch: Sequence[Delivery[EmbedRequested]]) -> Rejections:
         return await service.handle_requests(
-            rt.pool, rt.publisher, batch, settings=settings, registry=providers, metrics=metrics,
+            rt.pool,
+            rt.publisher,
+            batch,
+            settings=settings,
+            registry=providers,
+            metrics=metrics,
             indexer=indexer,
         )
 
     async def retry_due() -> None:
         await service.retry_due(
-            rt.pool, rt.publisher, settings=settings, registry=providers, metrics=metrics,
+            rt.pool,
+            rt.publisher,
+            settings=settings,
+            registry=providers,
+            metrics=metrics,
             indexer=indexer,
         )
 
@@ -47,8 +56,14 @@ def create_app(
     async def close_providers(_: Runtime) -> None:
         await providers.aclose()
 
-    rt.consume(stream="embed", group="embedder", adapter=embed_adapter, handle=on_embed,
-               batch=settings.embed_read_batch, linger_ms=settings.embed_linger_ms)
+    rt.consume(
+        stream="embed",
+        group="embedder",
+        adapter=embed_adapter,
+        handle=on_embed,
+        batch=settings.embed_read_batch,
+        linger_ms=settings.embed_linger_ms,
+    )
     rt.every(settings.embed_sweep_s, retry_due)
     rt.every(settings.vector_index_check_s, index_users)
     rt.every(settings.embed_gauge_s, gauges)

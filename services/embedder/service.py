@@ -32,14 +32,17 @@ Wanted = dict[str, dict[EmbedKind, set[Any]]]
 
 COUNT_STATE = {
     (t.name, state): f"SELECT count(*) FROM {t.name} WHERE embedding_state = '{state}'"
-    for t in store.TABLES.values() for state in ("pending", "error")
+    for t in store.TABLES.values()
+    for state in ("pending", "error")
 }
 
 
 def options(settings: EmbedderSettings) -> Options:
     return Options(
-        dim=settings.embedding_dim, batch=settings.embed_batch_size,
-        parallel=settings.embed_parallel, retry_backoff_s=settings.embed_retry_backoff_s,
+        dim=settings.embedding_dim,
+        batch=settings.embed_batch_size,
+        parallel=settings.embed_parallel,
+        retry_backoff_s=settings.embed_retry_backoff_s,
         retry_max_s=settings.embed_retry_max_s,
     )
 
@@ -77,8 +80,15 @@ async def handle_requests(
             for kind, ids in by_kind.items():
                 for owner, row_id in await store.owners(pool, kind, ids):
                     wanted[owner][kind].add(row_id)
-    await embed_wanted(pool, publisher, wanted, settings=settings, registry=registry,
-                       metrics=metrics, indexer=indexer)
+    await embed_wanted(
+        pool,
+        publisher,
+        wanted,
+        settings=settings,
+        registry=registry,
+        metrics=metrics,
+        indexer=indexer,
+    )
     return rejected
 
 
@@ -105,8 +115,15 @@ async def embed_wanted(
             # The user's settings cannot be used now (e.g. the key cannot be decrypted):
             # keep their rows and try again later, with the reason on the rows.
             for kind, ids in kinds.items():
-                await store.defer(pool, user_id, kind, list(ids), error=str(config),
-                                  backoff_s=opts.retry_backoff_s, max_backoff_s=opts.retry_max_s)
+                await store.defer(
+                    pool,
+                    user_id,
+                    kind,
+                    list(ids),
+                    error=str(config),
+                    backoff_s=opts.retry_backoff_s,
+                    max_backoff_s=opts.retry_max_s,
+                )
             continue
         if config is None:
             continue  # full-text-only: rows stay pending until a provider is configured
@@ -114,19 +131,22 @@ async def embed_wanted(
         for kind, ids in kinds.items():
             pending[kind].extend((user_id, i) for i in ids)
     for kind, pairs in pending.items():
-        rows = await store.fetch_pending_many(pool, kind, pairs,
-                                              max_chars=settings.embed_max_chars)
+        rows = await store.fetch_pending_many(pool, kind, pairs, max_chars=settings.embed_max_chars)
         items.extend(Item(user_id, row) for user_id, row in rows)
-    outcome = await embed_items(pool, items, configs, registry=registry, options=opts,
-                                observer=metrics)
+    outcome = await embed_items(
+        pool, items, configs, registry=registry, options=opts, observer=metrics
+    )
     if indexer is not None:
         for user_id, kind in {(it.user_id, it.row.kind) for it in items}:
             indexer.note(user_id, kind)
     if outcome.memories_ready:
-        await publisher.publish("memories", [
-            MemoryChanged(memory_id=mid, user_id=uid, change="embedded")
-            for uid, mid in outcome.memories_ready
-        ])
+        await publisher.publish(
+            "memories",
+            [
+                MemoryChanged(memory_id=mid, user_id=uid, change="embedded")
+                for uid, mid in outcome.memories_ready
+            ],
+        )
     return outcome
 
 
@@ -147,8 +167,15 @@ async def retry_due(
             wanted[user_id][kind].add(row_id)
     if not wanted:
         return Outcome()
-    return await embed_wanted(pool, publisher, wanted, settings=settings, registry=registry,
-                              metrics=metrics, indexer=indexer)
+    return await embed_wanted(
+        pool,
+        publisher,
+        wanted,
+        settings=settings,
+        registry=registry,
+        metrics=metrics,
+        indexer=indexer,
+    )
 
 
 async def refresh_gauges(pool: asyncpg.Pool, metrics: EmbedderMetrics) -> None:

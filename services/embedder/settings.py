@@ -25,7 +25,8 @@ class EmbedderSettings(EmbeddingSettings):
     embed_retry_max_s: float = Field(default=600.0, description="longest retry delay")
     embed_sweep_s: float = Field(default=2.0, description="how often due retries are looked for")
     vector_index_min_rows: int = Field(
-        default=5000, description="a user with more embedded rows of a table than this gets "
+        default=5000,
+        description="a user with more embedded rows of a table than this gets "
         "HNSW index entries for them; fewer are searched exactly and cost no index insert",
     )
     vector_index_check_s: float = Field(

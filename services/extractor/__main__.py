@@ -1,4 +1,5 @@
 """engram extractor service."""
+
 from services.extractor.app import create_app
 from services.extractor.settings import ExtractorSettings
 from shared.serve import serve

@@ -42,9 +42,13 @@ def create_app(
 
     async def start(rt: Runtime) -> None:
         holder["x"] = service.Extraction(
-            pool=rt.pool, publisher=rt.publisher, extractor=extractor,
-            embedder_for=embedder_for or users_embedder, dim=settings.embedding_dim,
-            max_facts=settings.max_facts_per_episode, metrics=metrics,
+            pool=rt.pool,
+            publisher=rt.publisher,
+            extractor=extractor,
+            embedder_for=embedder_for or users_embedder,
+            dim=settings.embedding_dim,
+            max_facts=settings.max_facts_per_episode,
+            metrics=metrics,
         )
 
     async def stop(rt: Runtime) -> None:
@@ -61,11 +65,17 @@ def create_app(
     idle = timedelta(minutes=settings.stale_after_minutes)
 
     async def sweep() -> None:
-        await service.sweep(rt.pool, rt.publisher, idle=idle, batch=settings.sweep_batch,
-                            metrics=metrics)
+        await service.sweep(
+            rt.pool, rt.publisher, idle=idle, batch=settings.sweep_batch, metrics=metrics
+        )
 
-    rt.consume(stream="extract", group="extractor", adapter=extract_adapter, handle=on_extract,
-               batch=settings.extract_batch)
+    rt.consume(
+        stream="extract",
+        group="extractor",
+        adapter=extract_adapter,
+        handle=on_extract,
+        batch=settings.extract_batch,
+    )
     rt.every(settings.sweep_interval_s, sweep)
 
     app = FastAPI(title="engram extractor", lifespan=rt.lifespan)

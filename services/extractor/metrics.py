@@ -8,15 +8,20 @@ class ExtractorMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.episodes = Counter(
-            "engram_extract_episodes_total", "Extract requests by outcome",
-            ["outcome"], registry=registry,
+            "engram_extract_episodes_total",
+            "Extract requests by outcome",
+            ["outcome"],
+            registry=registry,
         )
         self.facts = Counter(
             "engram_extract_facts_total",
             "Candidate facts by outcome (stored, confirmed, review, dropped, superseded)",
-            ["outcome"], registry=registry,
+            ["outcome"],
+            registry=registry,
         )
         self.swept = Counter(
-            "engram_extract_swept_total", "Episodes the sweeper closed or asked to re-extract",
-            ["kind"], registry=registry,
+            "engram_extract_swept_total",
+            "Episodes the sweeper closed or asked to re-extract",
+            ["kind"],
+            registry=registry,
         )

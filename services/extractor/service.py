@@ -149,8 +149,10 @@ def summary_text(s: EpisodeSummary) -> str:
 
 def _redacted(s: EpisodeSummary) -> EpisodeSummary:
     return EpisodeSummary(
-        title=redact(s.title)[:200], summary=redact(s.summary),
-        key_points=[redact(p) for p in s.key_points], outcome=s.outcome,
+        title=redact(s.title)[:200],
+        summary=redact(s.summary),
+        key_points=[redact(p) for p in s.key_points],
+        outcome=s.outcome,
         topics=[redact(t) for t in s.topics],
     )
 
@@ -199,8 +201,9 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
         log.warning("episode %s: %s", request.episode_id, exc)
         async with x.pool.acquire() as conn, conn.transaction():
             if await conn.fetchval(MARK_PROCESSED, request.event_id, CONSUMER):
-                await conn.execute(RECORD_ERROR, request.episode_id, request.user_id,
-                                   f"summary: {exc}", turns)
+                await conn.execute(
+                    RECORD_ERROR, request.episode_id, request.user_id, f"summary: {exc}", turns
+                )
         return "error"
 
     candidates = []
@@ -215,23 +218,42 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
             facts_error = f"facts: {exc}"
     embedder = await x.embedder_for(request.user_id) if candidates else None
     plan = await plan_facts(
-        x.pool, user_id=request.user_id, candidates=candidates, occurred_at=ep["started_at"],
-        embedder=embedder, same_fact=x.extractor.same_fact, dim=x.dim,
+        x.pool,
+        user_id=request.user_id,
+        candidates=candidates,
+        occurred_at=ep["started_at"],
+        embedder=embedder,
+        same_fact=x.extractor.same_fact,
+        dim=x.dim,
     )
 
     document = {
-        **summary.model_dump(), "method": method, "extractor": x.extractor.name,
-        "turns": transcript.turns, "minimal": method == "minimal",
+        **summary.model_dump(),
+        "method": method,
+        "extractor": x.extractor.name,
+        "turns": transcript.turns,
+        "minimal": method == "minimal",
     }
     async with x.pool.acquire() as conn, conn.transaction():
         if not await conn.fetchval(MARK_PROCESSED, request.event_id, CONSUMER):
             return "duplicate"
         await conn.execute("SELECT 1 FROM episodes WHERE id = $1 FOR UPDATE", request.episode_id)
-        await conn.execute(STORE_SUMMARY, request.episode_id, request.user_id, document,
-                           summary_text(summary), turns, facts_error)
+        await conn.execute(
+            STORE_SUMMARY,
+            request.episode_id,
+            request.user_id,
+            document,
+            summary_text(summary),
+            turns,
+            facts_error,
+        )
         result = await apply_plan(
-            conn, plan, user_id=request.user_id, episode_id=request.episode_id,
-            extractor_name=x.extractor.name, heuristic=x.extractor.heuristic,
+            conn,
+            plan,
+            user_id=request.user_id,
+            episode_id=request.episode_id,
+            extractor_name=x.extractor.name,
+            heuristic=x.extractor.heuristic,
             limit=x.max_facts,
         )
     _count_facts(x, result)
@@ -264,18 +286,20 @@ async def _refresh_narrative(x: Extraction, user_id: str) -> None:
         log.warning("narrative for a user not rebuilt: %s", exc)
 
 
-async def _publish(
-    x: Extraction, user_id: str, episode_id: uuid.UUID, result: FactResult
-) -> None:
+async def _publish(x: Extraction, user_id: str, episode_id: uuid.UUID, result: FactResult) -> None:
     targets = [EmbedTarget(kind="episode", id=str(episode_id))]
     targets += [EmbedTarget(kind="memory", id=str(m)) for m in result.pending]
     await x.publisher.publish("embed", [EmbedRequested(user_id=user_id, targets=targets)])
     changes = [MemoryChanged(memory_id=m, user_id=user_id, change="added") for m in result.stored]
     # Facts stored with their vector are announced as embedded too, as the embedder would.
-    changes += [MemoryChanged(memory_id=m, user_id=user_id, change="embedded")
-                for m in result.stored if m not in result.pending]
-    changes += [MemoryChanged(memory_id=m, user_id=user_id, change="superseded")
-                for m in result.superseded]
+    changes += [
+        MemoryChanged(memory_id=m, user_id=user_id, change="embedded")
+        for m in result.stored
+        if m not in result.pending
+    ]
+    changes += [
+        MemoryChanged(memory_id=m, user_id=user_id, change="superseded") for m in result.superseded
+    ]
     if changes:
         await x.publisher.publish("memories", changes)
 
@@ -293,8 +317,10 @@ async def sweep(
     async with pool.acquire() as conn:
         closed = await conn.fetch(CLOSE_IDLE, idle, batch)
         due = await conn.fetch(REQUEUE_DUE, idle, batch)
-    requests = [ExtractRequested(episode_id=r["id"], user_id=r["user_id"], reason="stale")
-                for r in [*closed, *due]]
+    requests = [
+        ExtractRequested(episode_id=r["id"], user_id=r["user_id"], reason="stale")
+        for r in [*closed, *due]
+    ]
     if requests:
         await publisher.publish("extract", requests)
     if metrics is not None:

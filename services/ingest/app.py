@@ -28,7 +28,10 @@ def create_app(settings: IngestSettings | None = None) -> FastAPI:
         return await service.handle_episode_events(rt.pool, rt.publisher, batch)
 
     rt.consume(
-        stream="turns", group="ingest", adapter=turn_adapter, handle=on_turns,
+        stream="turns",
+        group="ingest",
+        adapter=turn_adapter,
+        handle=on_turns,
         readers=settings.turn_readers,
     )
     rt.consume(stream="episodes", group="ingest", adapter=episode_adapter, handle=on_episodes)

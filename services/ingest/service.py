@@ -187,16 +187,21 @@ async def store_turns(
         ordered = sorted(users)
         changed = await conn.fetch(CHANGED_USERS, ordered, [users[u] for u in ordered])
         if changed:
-            await conn.execute(UPSERT_USERS, [r["id"] for r in changed],
-                               [r["display_name"] for r in changed])
+            await conn.execute(
+                UPSERT_USERS, [r["id"] for r in changed], [r["display_name"] for r in changed]
+            )
 
         plan = await _plan_episodes(conn, batch, stale_window, rejected)
         if plan.new_episodes:
             ids = sorted(plan.new_episodes)
             rows = [plan.new_episodes[i] for i in ids]
             await conn.execute(
-                INSERT_EPISODES, ids, [r.user_id for r in rows], [r.display_name for r in rows],
-                [r.provider for r in rows], [r.chat_id for r in rows],
+                INSERT_EPISODES,
+                ids,
+                [r.user_id for r in rows],
+                [r.display_name for r in rows],
+                [r.provider for r in rows],
+                [r.chat_id for r in rows],
                 [r.span.started_at for r in rows],
                 ["open" if r.span.open else "closed" for r in rows],
             )
@@ -230,8 +235,11 @@ async def store_turns(
         if touched:
             ids = sorted(touched)
             await conn.execute(
-                TOUCH_EPISODES, ids, [len(touched[i]) for i in ids],
-                [min(touched[i]) for i in ids], [max(touched[i]) for i in ids],
+                TOUCH_EPISODES,
+                ids,
+                [len(touched[i]) for i in ids],
+                [min(touched[i]) for i in ids],
+                [max(touched[i]) for i in ids],
             )
         to_embed = [(r["id"], r["user_id"]) for r in inserted]
         if len(inserted) < len(kept):
@@ -267,8 +275,13 @@ async def _plan_episodes(
     if explicit:
         owners = {r["id"]: r["user_id"] for r in await conn.fetch(EPISODE_OWNERS, list(explicit))}
 
-    keys = sorted({(d.event.user_id, d.event.provider, d.event.chat_id)
-                   for d in batch if d.event.episode_id is None})
+    keys = sorted(
+        {
+            (d.event.user_id, d.event.provider, d.event.chat_id)
+            for d in batch
+            if d.event.episode_id is None
+        }
+    )
     spans: dict[tuple[str, str, str], list[_Span]] = {k: [] for k in keys}
     if keys:
         # Consumers in the same group may hold turns of the same chat: serialise per chat
@@ -278,8 +291,9 @@ async def _plan_episodes(
             LATEST_EPISODES, [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]
         ):
             key = (r["user_id"], r["provider"], r["chat_id"])
-            spans[key].append(_Span(r["id"], r["started_at"], r["last_active_at"],
-                                    open=r["status"] == "open"))
+            spans[key].append(
+                _Span(r["id"], r["started_at"], r["last_active_at"], open=r["status"] == "open")
+            )
 
     for d in batch:
         ev = d.event
@@ -287,7 +301,10 @@ async def _plan_episodes(
             owner = owners.get(ev.episode_id)
             if owner is None and ev.episode_id not in plan.new_episodes:
                 plan.new_episodes[ev.episode_id] = _NewEpisode(
-                    ev.user_id, ev.display_name, ev.provider, ev.chat_id,
+                    ev.user_id,
+                    ev.display_name,
+                    ev.provider,
+                    ev.chat_id,
                     _Span(ev.episode_id, ev.occurred_at, ev.occurred_at, open=True),
                 )
                 owners[ev.episode_id] = ev.user_id
@@ -341,9 +358,7 @@ async def _span_for(
     return span
 
 
-async def _request_embeddings(
-    publisher: Publisher, rows: Sequence[tuple[int, str]]
-) -> None:
+async def _request_embeddings(publisher: Publisher, rows: Sequence[tuple[int, str]]) -> None:
     """One request for the whole batch: a batch of many users' turns costs one event,
     not one per user. It names the user when there is one; otherwise the embedder
     takes each row's owner from the row."""
@@ -395,12 +410,8 @@ async def _start_episode(
 ) -> str | None:
     owner = await conn.fetchval("SELECT user_id FROM episodes WHERE id = $1", ev.episode_id)
     if owner is not None:
-        return None if owner == ev.user_id else (
-            f"episode {ev.episode_id} belongs to another user"
-        )
-    await conn.execute(
-        UPSERT_USERS, [ev.user_id], [ev.display_name]
-    )
+        return None if owner == ev.user_id else (f"episode {ev.episode_id} belongs to another user")
+    await conn.execute(UPSERT_USERS, [ev.user_id], [ev.display_name])
     # A new session in a chat ends the chat's previous open one.
     for row in await conn.fetch(
         """
@@ -409,7 +420,10 @@ async def _start_episode(
         WHERE user_id = $1 AND provider = $2 AND chat_id = $3 AND status = 'open'
         RETURNING id, user_id
         """,
-        ev.user_id, ev.provider, ev.chat_id, ev.occurred_at,
+        ev.user_id,
+        ev.provider,
+        ev.chat_id,
+        ev.occurred_at,
     ):
         extract.append(ExtractRequested(episode_id=row["id"], user_id=row["user_id"]))
     await conn.execute(
@@ -419,8 +433,14 @@ async def _start_episode(
         VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)
         ON CONFLICT (id) DO NOTHING
         """,
-        ev.episode_id, ev.user_id, ev.display_name, ev.provider, ev.chat_id, ev.frame,
-        ev.occurred_at, ev.metadata,
+        ev.episode_id,
+        ev.user_id,
+        ev.display_name,
+        ev.provider,
+        ev.chat_id,
+        ev.frame,
+        ev.occurred_at,
+        ev.metadata,
     )
     return None
 
@@ -445,7 +465,9 @@ async def _close_episode(
                 SELECT id FROM episodes
                 WHERE user_id = $1 AND provider = $2 AND chat_id = $3 AND status = 'open'
                 """,
-                ev.user_id, ev.provider, ev.chat_id,
+                ev.user_id,
+                ev.provider,
+                ev.chat_id,
             )
         ]
     if not ids:
@@ -457,7 +479,8 @@ async def _close_episode(
             updated_at = now()
         WHERE id = ANY($1::uuid[]) AND status = 'open'
         """,
-        ids, ev.occurred_at,
+        ids,
+        ev.occurred_at,
     )
     # Asked again on a redelivery too: the extractor is idempotent.
     for episode_id in ids:

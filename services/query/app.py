@@ -77,17 +77,22 @@ def _install_error_handlers(app: FastAPI) -> None:
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
             parts.append(f"{loc}: {err.get('msg')}")
         return JSONResponse(
-            {"error": "invalid_request", "detail": "; ".join(parts),
-             # a validator's error carries its exception in ctx: make it text
-             "errors": jsonable_encoder(exc.errors()[:10], custom_encoder={Exception: str})},
+            {
+                "error": "invalid_request",
+                "detail": "; ".join(parts),
+                # a validator's error carries its exception in ctx: make it text
+                "errors": jsonable_encoder(exc.errors()[:10], custom_encoder={Exception: str}),
+            },
             status_code=422,
         )
 
 
 def _install_metrics(app: FastAPI, rt: Runtime) -> None:
     latency = Histogram(
-        "engram_http_request_seconds", "API request latency by route and status class",
-        ["method", "route", "status"], registry=rt.metrics.registry,
+        "engram_http_request_seconds",
+        "API request latency by route and status class",
+        ["method", "route", "status"],
+        registry=rt.metrics.registry,
         buckets=(0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.04, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
     )
     app.state.http_latency = latency

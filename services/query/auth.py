@@ -57,15 +57,14 @@ async def principal(request: Request) -> Principal:
     key = await lookup_key(request.app.state.runtime.pool, secret)
     if key is None:
         raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, "unknown or revoked API key",
+            status.HTTP_401_UNAUTHORIZED,
+            "unknown or revoked API key",
             headers={"WWW-Authenticate": "Bearer"},
         )
     return Principal(key)
 
 
-async def acting_user(
-    request: Request, who: Annotated[Principal, Depends(principal)]
-) -> str:
+async def acting_user(request: Request, who: Annotated[Principal, Depends(principal)]) -> str:
     """The user this call reads and writes as."""
     asked = request.headers.get("x-engram-user") or request.query_params.get("user_id")
     if who.is_admin:

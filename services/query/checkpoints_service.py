@@ -76,13 +76,23 @@ async def save(
         parent_id = parent["checkpoint_id"] if parent is not None else None
         if parent_id == checkpoint_id:
             parent_id = parent["parent_id"] if parent is not None else None
-        step = body.step if body.step is not None else (
-            parent["step"] + 1 if parent is not None else 0)
-        row = await conn.fetchrow(SAVE, user_id, thread_id, checkpoint_id, parent_id,
-                                  body.agent_id, step, body.state)
+        step = (
+            body.step
+            if body.step is not None
+            else (parent["step"] + 1 if parent is not None else 0)
+        )
+        row = await conn.fetchrow(
+            SAVE, user_id, thread_id, checkpoint_id, parent_id, body.agent_id, step, body.state
+        )
         assert row is not None
-        await audit(conn, user_id=user_id, action="create" if row["inserted"] else "update",
-                    entity="checkpoint", entity_id=f"{thread_id}/{checkpoint_id}", actor="api")
+        await audit(
+            conn,
+            user_id=user_id,
+            action="create" if row["inserted"] else "update",
+            entity="checkpoint",
+            entity_id=f"{thread_id}/{checkpoint_id}",
+            actor="api",
+        )
     return checkpoint_dict(row)
 
 
@@ -115,12 +125,25 @@ async def delete_thread(pool: asyncpg.Pool, *, user_id: str, thread_id: str) -> 
         deleted = int(status.split()[-1])
         if deleted == 0:
             raise NotFound(f"thread {thread_id!r} has no checkpoint")
-        await audit(conn, user_id=user_id, action="delete", entity="checkpoint",
-                    entity_id=thread_id, actor="api", details={"deleted": deleted})
+        await audit(
+            conn,
+            user_id=user_id,
+            action="delete",
+            entity="checkpoint",
+            entity_id=thread_id,
+            actor="api",
+            details={"deleted": deleted},
+        )
     return {"thread_id": thread_id, "deleted": deleted}
 
 
 def checkpoint_dict(r: asyncpg.Record) -> dict[str, Any]:
-    return {"thread_id": r["thread_id"], "checkpoint_id": r["checkpoint_id"],
-            "parent_id": r["parent_id"], "agent_id": r["agent_id"], "step": r["step"],
-            "state": r["state"], "created_at": r["created_at"].isoformat()}
+    return {
+        "thread_id": r["thread_id"],
+        "checkpoint_id": r["checkpoint_id"],
+        "parent_id": r["parent_id"],
+        "agent_id": r["agent_id"],
+        "step": r["step"],
+        "state": r["state"],
+        "created_at": r["created_at"].isoformat(),
+    }

@@ -133,21 +133,45 @@ async def save_fact(
         await conn.execute(ENSURE_USER, user_id)
         await conn.execute(ENSURE_THEME, user_id, theme, fact.category)
         row = await conn.fetchrow(
-            UPSERT_FACT, user_id, NAMESPACE, theme, fact.category, fact.key, fact.value,
-            fact.source, confidence, expires_at, fact.source_context,
+            UPSERT_FACT,
+            user_id,
+            NAMESPACE,
+            theme,
+            fact.category,
+            fact.key,
+            fact.value,
+            fact.source,
+            confidence,
+            expires_at,
+            fact.source_context,
         )
         assert row is not None
         action = "create" if row["inserted"] else "update"
-        await audit(conn, user_id=user_id, actor=actor, action=action, entity="fact",
-                    entity_id=str(row["id"]),
-                    details={"category": fact.category, "key": fact.key})
+        await audit(
+            conn,
+            user_id=user_id,
+            actor=actor,
+            action=action,
+            entity="fact",
+            entity_id=str(row["id"]),
+            details={"category": fact.category, "key": fact.key},
+        )
     if row["embedding_state"] == "pending":
-        await announce(publisher, user_id=user_id, ids=[row["id"]],
-                       change="added" if row["inserted"] else "superseded")
-    return {"id": str(row["id"]), "category": fact.category, "key": fact.key,
-            "created": row["inserted"], "confidence": confidence,
-            "expires_at": expires_at.isoformat() if expires_at else None,
-            "embedding": row["embedding_state"]}
+        await announce(
+            publisher,
+            user_id=user_id,
+            ids=[row["id"]],
+            change="added" if row["inserted"] else "superseded",
+        )
+    return {
+        "id": str(row["id"]),
+        "category": fact.category,
+        "key": fact.key,
+        "created": row["inserted"],
+        "confidence": confidence,
+        "expires_at": expires_at.isoformat() if expires_at else None,
+        "embedding": row["embedding_state"],
+    }
 
 
 async def search_facts(
@@ -167,20 +191,28 @@ async def search_facts(
     if len(found) < limit:
         seen = [uuid.UUID(f["id"]) for f in found]
         if trigram:
-            rows = await pool.fetch(SEARCH_TRIGRAM, user_id, query, limit - len(found), seen,
-                                    escape_like(query))
-            found += [{**fact_dict(r), "match": "trigram", "similarity": r["similarity"]}
-                      for r in rows]
+            rows = await pool.fetch(
+                SEARCH_TRIGRAM, user_id, query, limit - len(found), seen, escape_like(query)
+            )
+            found += [
+                {**fact_dict(r), "match": "trigram", "similarity": r["similarity"]} for r in rows
+            ]
         else:
-            rows = await pool.fetch(SEARCH_ILIKE, user_id, escape_like(query),
-                                    limit - len(found), seen)
+            rows = await pool.fetch(
+                SEARCH_ILIKE, user_id, escape_like(query), limit - len(found), seen
+            )
             found += [{**fact_dict(r), "match": "substring"} for r in rows]
     return found
 
 
 async def forget_fact(
-    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, key: str,
-    category: str | None, actor: str = "api",
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    user_id: str,
+    key: str,
+    category: str | None,
+    actor: str = "api",
 ) -> dict[str, Any]:
     async with pool.acquire() as conn, conn.transaction():
         rows = await conn.fetch(FORGET, user_id, key, category)
@@ -188,10 +220,18 @@ async def forget_fact(
             where = f" in category {category!r}" if category else ""
             raise NotFound(f"no fact with key {key!r}{where}")
         for r in rows:
-            await audit(conn, user_id=user_id, actor=actor, action="delete", entity="fact",
-                        entity_id=str(r["id"]), details={"category": r["category"], "key": key})
-    await announce(publisher, user_id=user_id, ids=[r["id"] for r in rows], change="deleted",
-                   embed=False)
+            await audit(
+                conn,
+                user_id=user_id,
+                actor=actor,
+                action="delete",
+                entity="fact",
+                entity_id=str(r["id"]),
+                details={"category": r["category"], "key": key},
+            )
+    await announce(
+        publisher, user_id=user_id, ids=[r["id"] for r in rows], change="deleted", embed=False
+    )
     return {"deleted": len(rows), "key": key, "categories": sorted(r["category"] for r in rows)}
 
 
@@ -200,20 +240,30 @@ async def list_facts(
 ) -> dict[str, Any]:
     """One page of facts (``user_id`` None = every user's: admin only)."""
     rows = await pool.fetch(
-        LIST_STATEMENTS[(query.sort_by, query.sort_order)], user_id,
-        escape_like(query.search) if query.search else None, query.limit, query.offset,
+        LIST_STATEMENTS[(query.sort_by, query.sort_order)],
+        user_id,
+        escape_like(query.search) if query.search else None,
+        query.limit,
+        query.offset,
     )
     total = rows[0]["total"] if rows else 0
-    return {"facts": [fact_dict(r) for r in rows], "total": total,
-            "limit": query.limit, "offset": query.offset}
+    return {
+        "facts": [fact_dict(r) for r in rows],
+        "total": total,
+        "limit": query.limit,
+        "offset": query.offset,
+    }
 
 
 async def get_summary(pool: asyncpg.Pool, *, user_id: str) -> dict[str, Any]:
     row = await pool.fetchrow(GET_SUMMARY, user_id)
     if row is None:
         return {"summary": None, "fact_count": 0, "updated_at": None}
-    return {"summary": row["summary"], "fact_count": row["fact_count"],
-            "updated_at": row["updated_at"].isoformat()}
+    return {
+        "summary": row["summary"],
+        "fact_count": row["fact_count"],
+        "updated_at": row["updated_at"].isoformat(),
+    }
 
 
 async def set_summary(
@@ -223,10 +273,14 @@ async def set_summary(
         await conn.execute(ENSURE_USER, user_id)
         row = await conn.fetchrow(SET_SUMMARY, user_id, summary)
         assert row is not None
-        await audit(conn, user_id=user_id, actor=actor, action="update", entity="summary",
-                    entity_id=user_id)
-    return {"summary": row["summary"], "fact_count": row["fact_count"],
-            "updated_at": row["updated_at"].isoformat()}
+        await audit(
+            conn, user_id=user_id, actor=actor, action="update", entity="summary", entity_id=user_id
+        )
+    return {
+        "summary": row["summary"],
+        "fact_count": row["fact_count"],
+        "updated_at": row["updated_at"].isoformat(),
+    }
 
 
 async def has_trigram(pool: asyncpg.Pool) -> bool:
@@ -235,9 +289,15 @@ async def has_trigram(pool: asyncpg.Pool) -> bool:
 
 def fact_dict(r: asyncpg.Record) -> dict[str, Any]:
     return {
-        "id": str(r["id"]), "user_id": r["user_id"], "category": r["category"],
-        "key": r["key"], "value": r["value"], "source": r["source"],
-        "confidence": r["confidence"], "source_context": r["source_context"],
+        "id": str(r["id"]),
+        "user_id": r["user_id"],
+        "category": r["category"],
+        "key": r["key"],
+        "value": r["value"],
+        "source": r["source"],
+        "confidence": r["confidence"],
+        "source_context": r["source_context"],
         "expires_at": r["expires_at"].isoformat() if r["expires_at"] else None,
-        "created_at": r["created_at"].isoformat(), "updated_at": r["updated_at"].isoformat(),
+        "created_at": r["created_at"].isoformat(),
+        "updated_at": r["updated_at"].isoformat(),
     }

@@ -68,8 +68,14 @@ def _text(*parts: object) -> str:
 
 def action_text(a: ActionIn) -> str:
     details = json.dumps(a.details, sort_keys=True, default=str) if a.details else ""
-    return _text(a.action, a.target, "on" if a.url else None, a.url,
-                 f"({a.result})" if a.result else None, details)
+    return _text(
+        a.action,
+        a.target,
+        "on" if a.url else None,
+        a.url,
+        f"({a.result})" if a.result else None,
+        details,
+    )
 
 
 async def _store(
@@ -78,18 +84,26 @@ async def _store(
     return await ms.add_memories(pool, publisher, user_id=user_id, items=items, actor="jarvus")
 
 
-def _memory(type_: str, text: str, data: dict[str, Any], namespace: str,
-            importance: float) -> ms.NewMemory:
-    return ms.NewMemory(type=type_, content=text, theme=data.get("type"), namespace=namespace,
-                        data=data, importance=importance)
+def _memory(
+    type_: str, text: str, data: dict[str, Any], namespace: str, importance: float
+) -> ms.NewMemory:
+    return ms.NewMemory(
+        type=type_,
+        content=text,
+        theme=data.get("type"),
+        namespace=namespace,
+        data=data,
+        importance=importance,
+    )
 
 
 async def store_action(
     pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, event: ActionIn
 ) -> dict[str, Any]:
     data = {"type": "chrome_action", **event.model_dump(exclude={"namespace"})}
-    item = _memory("episode", action_text(event), data, event.namespace,
-                   IMPORTANCE["chrome_action"])
+    item = _memory(
+        "episode", action_text(event), data, event.namespace, IMPORTANCE["chrome_action"]
+    )
     added = await _store(pool, publisher, user_id=user_id, items=[item])
     return {"memory_id": str(added[0].id)}
 
@@ -98,8 +112,9 @@ async def store_feedback(
     pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, event: FeedbackIn
 ) -> dict[str, Any]:
     data = {"type": "feedback", **event.model_dump(exclude={"namespace"})}
-    text = _text("feedback on suggestion", event.suggestion_id + ":", event.user_response,
-                 event.notes)
+    text = _text(
+        "feedback on suggestion", event.suggestion_id + ":", event.user_response, event.notes
+    )
     item = _memory("episode", text, data, event.namespace, IMPORTANCE["feedback"])
     added = await _store(pool, publisher, user_id=user_id, items=[item])
     return {"memory_id": str(added[0].id)}
@@ -109,17 +124,35 @@ async def store_workflow(
     pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, event: WorkflowIn
 ) -> dict[str, Any]:
     steps = "; ".join(_text(s.get("action"), s.get("target"), s.get("url")) for s in event.steps)
-    data = {"type": "workflow_execution",
-            **event.model_dump(exclude={"namespace", "store_as_procedure"})}
-    text = _text("workflow", event.workflow_id, f"({event.result})" if event.result else None,
-                 event.description, steps)
+    data = {
+        "type": "workflow_execution",
+        **event.model_dump(exclude={"namespace", "store_as_procedure"}),
+    }
+    text = _text(
+        "workflow",
+        event.workflow_id,
+        f"({event.result})" if event.result else None,
+        event.description,
+        steps,
+    )
     items = [_memory("episode", text, data, event.namespace, IMPORTANCE["workflow_execution"])]
     if event.store_as_procedure:
-        procedure = {"type": "workflow", "workflow_id": event.workflow_id,
-                     "steps": event.steps, "description": event.description,
-                     "created_from_execution": True}
-        items.append(_memory("procedure", _text(event.description, steps), procedure,
-                             event.namespace, IMPORTANCE["procedure"]))
+        procedure = {
+            "type": "workflow",
+            "workflow_id": event.workflow_id,
+            "steps": event.steps,
+            "description": event.description,
+            "created_from_execution": True,
+        }
+        items.append(
+            _memory(
+                "procedure",
+                _text(event.description, steps),
+                procedure,
+                event.namespace,
+                IMPORTANCE["procedure"],
+            )
+        )
     added = await _store(pool, publisher, user_id=user_id, items=items)
     out = {"memory_id": str(added[0].id)}
     if len(added) > 1:
@@ -132,17 +165,36 @@ async def store_plain(
 ) -> dict[str, Any]:
     data = {"type": body.type, "text": body.text, **body.data}
     if body.memory_id is None:
-        added = await _store(pool, publisher, user_id=user_id, items=[
-            _memory(body.type, body.text, data, body.namespace, body.importance)])
+        added = await _store(
+            pool,
+            publisher,
+            user_id=user_id,
+            items=[_memory(body.type, body.text, data, body.namespace, body.importance)],
+        )
         return {"memory_id": str(added[0].id), "updated": False}
     key = ms.parse_id(body.memory_id)
     async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(UPDATE_STORE, key, user_id, ms.check_content(body.text),
-                                  body.type, body.importance, data, body.namespace)
+        row = await conn.fetchrow(
+            UPDATE_STORE,
+            key,
+            user_id,
+            ms.check_content(body.text),
+            body.type,
+            body.importance,
+            data,
+            body.namespace,
+        )
         if row is None:
             raise NotFound(f"no memory {body.memory_id}")
-        await audit(conn, user_id=user_id, actor="jarvus", action="update", entity="memory",
-                    entity_id=str(key), details={"type": body.type})
+        await audit(
+            conn,
+            user_id=user_id,
+            actor="jarvus",
+            action="update",
+            entity="memory",
+            entity_id=str(key),
+            details={"type": body.type},
+        )
     await ms.announce(publisher, user_id=user_id, ids=[key], change="added")
     return {"memory_id": str(key), "updated": True}
 
@@ -170,9 +222,15 @@ async def retrieve(
     if len(ranked) < limit:
         seen = [r["id"] for _, r in ranked]
         substring = query.strip() if query and query.strip() not in ("", "*") else None
-        rows = await pool.fetch(TYPED, user_id, list(types), namespace,
-                                _escape(substring) if substring else None, seen,
-                                limit - len(ranked))
+        rows = await pool.fetch(
+            TYPED,
+            user_id,
+            list(types),
+            namespace,
+            _escape(substring) if substring else None,
+            seen,
+            limit - len(ranked),
+        )
         ranked += [(0.0, r) for r in rows]
     await ms.touch(pool, user_id=user_id, ids=[r["id"] for _, r in ranked])
     return [_item(r, score) for score, r in ranked]
@@ -180,8 +238,10 @@ async def retrieve(
 
 async def namespaces(pool: asyncpg.Pool, *, user_id: str) -> list[dict[str, Any]]:
     rows = await pool.fetch(NAMESPACES, user_id)
-    return [{"namespace": r["namespace"], "items": r["items"],
-             "latest": r["latest"].isoformat()} for r in rows]
+    return [
+        {"namespace": r["namespace"], "items": r["items"], "latest": r["latest"].isoformat()}
+        for r in rows
+    ]
 
 
 def _accessed_desc(r: asyncpg.Record) -> float:
@@ -195,8 +255,13 @@ def _escape(text: str) -> str:
 
 def _item(r: asyncpg.Record, score: float) -> dict[str, Any]:
     return {
-        "memory_id": str(r["id"]), "namespace": r["namespace"], "type": r["type"],
-        "text": r["content"], "data": r["data"], "importance": r["importance"],
-        "score": round(score, 6), "created_at": r["created_at"].isoformat(),
+        "memory_id": str(r["id"]),
+        "namespace": r["namespace"],
+        "type": r["type"],
+        "text": r["content"],
+        "data": r["data"],
+        "importance": r["importance"],
+        "score": round(score, 6),
+        "created_at": r["created_at"].isoformat(),
         "last_accessed": r["last_accessed_at"].isoformat() if r["last_accessed_at"] else None,
     }

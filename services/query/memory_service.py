@@ -24,8 +24,15 @@ from shared.events import EmbedRequested, EmbedTarget, Event, MemoryChanged
 from shared.streams import Publisher
 
 MEMORY_TYPES = (
-    "preference", "fact", "instruction", "summary", "procedure",
-    "episode", "decision", "workflow", "other",
+    "preference",
+    "fact",
+    "instruction",
+    "summary",
+    "procedure",
+    "episode",
+    "decision",
+    "workflow",
+    "other",
 )
 DEFAULT_THEME = "general"
 MAX_CONTENT_CHARS = 20_000
@@ -126,8 +133,13 @@ class Added:
     embedding: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": str(self.id), "status": "active", "theme": self.theme,
-                "embedding": self.embedding, "created_at": self.created_at.isoformat()}
+        return {
+            "id": str(self.id),
+            "status": "active",
+            "theme": self.theme,
+            "embedding": self.embedding,
+            "created_at": self.created_at.isoformat(),
+        }
 
 
 def theme_slug(theme: str | None) -> str:
@@ -164,8 +176,9 @@ async def add_memories(
     actor: str = "api",
 ) -> list[Added]:
     """Store items (one transaction), then ask for their embeddings."""
-    prepared = [(m, theme_slug(m.theme), check_type(m.type), check_content(m.content))
-                for m in items]
+    prepared = [
+        (m, theme_slug(m.theme), check_type(m.type), check_content(m.content)) for m in items
+    ]
     added: list[Added] = []
     async with pool.acquire() as conn:
         if len(prepared) == 1:  # the common case: one statement, no BEGIN/COMMIT
@@ -179,27 +192,52 @@ async def add_memories(
 
 
 async def _add_one(
-    conn: Conn, user_id: str, actor: str, item: NewMemory, slug: str,
-    type_: str, content: str,
+    conn: Conn,
+    user_id: str,
+    actor: str,
+    item: NewMemory,
+    slug: str,
+    type_: str,
+    content: str,
 ) -> Added:
     row = await conn.fetchrow(
-        ADD_ITEM, user_id, item.namespace, slug, type_, content, item.data or {},
-        list(item.tags), item.importance, item.source, item.source_context,
-        item.confidence, item.expires_at, slug.replace("-", " ").title(), actor,
+        ADD_ITEM,
+        user_id,
+        item.namespace,
+        slug,
+        type_,
+        content,
+        item.data or {},
+        list(item.tags),
+        item.importance,
+        item.source,
+        item.source_context,
+        item.confidence,
+        item.expires_at,
+        slug.replace("-", " ").title(),
+        actor,
     )
     assert row is not None
     return Added(row["id"], slug, row["created_at"], row["embedding_state"])
 
 
 async def add_memory(
-    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, item: NewMemory,
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    user_id: str,
+    item: NewMemory,
     actor: str = "api",
 ) -> Added:
     return (await add_memories(pool, publisher, user_id=user_id, items=[item], actor=actor))[0]
 
 
 async def announce(
-    publisher: Publisher, *, user_id: str, ids: list[uuid.UUID], change: str,
+    publisher: Publisher,
+    *,
+    user_id: str,
+    ids: list[uuid.UUID],
+    change: str,
     embed: bool = True,
 ) -> None:
     """After the commit: ask the embedder for vectors and tell listeners what changed."""
@@ -207,13 +245,20 @@ async def announce(
         return
     batches: list[tuple[str, Sequence[Event]]] = []
     if embed:
-        batches.append(("embed", [EmbedRequested(
-            user_id=user_id, targets=[EmbedTarget(kind="memory", id=str(i)) for i in ids],
-        )]))
-    batches.append(("memories", [
-        MemoryChanged(memory_id=i, user_id=user_id, change=change)
-        for i in ids
-    ]))
+        batches.append(
+            (
+                "embed",
+                [
+                    EmbedRequested(
+                        user_id=user_id,
+                        targets=[EmbedTarget(kind="memory", id=str(i)) for i in ids],
+                    )
+                ],
+            )
+        )
+    batches.append(
+        ("memories", [MemoryChanged(memory_id=i, user_id=user_id, change=change) for i in ids])
+    )
     await publisher.publish_many(batches)  # both streams, one round trip
 
 
@@ -226,9 +271,7 @@ def parse_id(item_id: str | uuid.UUID) -> uuid.UUID:
         raise InvalidRequest(f"item_id {item_id!r} is not a memory id (a UUID)") from exc
 
 
-async def get_memory(
-    conn: Executor, *, user_id: str, item_id: str | uuid.UUID
-) -> dict[str, Any]:
+async def get_memory(conn: Executor, *, user_id: str, item_id: str | uuid.UUID) -> dict[str, Any]:
     """Every field of one item, with its embedding state (Nova 3.2.3)."""
     row = await conn.fetchrow(GET_ITEM, parse_id(item_id), user_id)
     if row is None:
@@ -237,7 +280,11 @@ async def get_memory(
 
 
 async def archive_memory(
-    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, item_id: str | uuid.UUID,
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    user_id: str,
+    item_id: str | uuid.UUID,
     actor: str = "api",
 ) -> dict[str, Any]:
     key = parse_id(item_id)
@@ -245,14 +292,24 @@ async def archive_memory(
         row = await conn.fetchrow(ARCHIVE_ITEM, key, user_id)
         if row is None:
             raise NotFound(f"no memory {item_id}")
-        await audit(conn, user_id=user_id, actor=actor, action="archive", entity="memory",
-                    entity_id=str(key))
+        await audit(
+            conn,
+            user_id=user_id,
+            actor=actor,
+            action="archive",
+            entity="memory",
+            entity_id=str(key),
+        )
     await announce(publisher, user_id=user_id, ids=[key], change="archived", embed=False)
     return {"id": str(key), "status": "archived"}
 
 
 async def delete_memory(
-    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, item_id: str | uuid.UUID,
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    user_id: str,
+    item_id: str | uuid.UUID,
     actor: str = "api",
 ) -> dict[str, Any]:
     """Hard delete (Jarvus 4.4); the vector lives in the row, so it goes with it."""
@@ -261,23 +318,27 @@ async def delete_memory(
         row = await conn.fetchrow(DELETE_ITEM, key, user_id)
         if row is None:
             raise NotFound(f"no memory {item_id}")
-        await audit(conn, user_id=user_id, actor=actor, action="delete", entity="memory",
-                    entity_id=str(key))
+        await audit(
+            conn, user_id=user_id, actor=actor, action="delete", entity="memory", entity_id=str(key)
+        )
     await announce(publisher, user_id=user_id, ids=[key], change="deleted", embed=False)
     return {"id": str(key), "deleted": True}
 
 
-async def list_themes(
-    conn: Executor, *, user_id: str
-) -> list[dict[str, Any]]:
+async def list_themes(conn: Executor, *, user_id: str) -> list[dict[str, Any]]:
     rows = await conn.fetch(LIST_THEMES, user_id)
-    return [{"slug": r["slug"], "display_name": r["display_name"],
-             "description": r["description"], "active_items": r["active_items"]} for r in rows]
+    return [
+        {
+            "slug": r["slug"],
+            "display_name": r["display_name"],
+            "description": r["description"],
+            "active_items": r["active_items"],
+        }
+        for r in rows
+    ]
 
 
-async def touch(
-    conn: Executor, *, user_id: str, ids: list[uuid.UUID]
-) -> None:
+async def touch(conn: Executor, *, user_id: str, ids: list[uuid.UUID]) -> None:
     """Record an access (Jarvus 4.2: each retrieval updates last accessed)."""
     if ids:
         await conn.execute(TOUCH_ITEMS, user_id, ids)

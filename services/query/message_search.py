@@ -81,8 +81,18 @@ class Fusion:
 
 FUSIONS: dict[Mode, Fusion] = {
     # the default: BM25 (speaker included) and cosine, min-max, 0.6 / 0.4
-    "fused": Fusion("minmax", 0.4, 0.6, "bm25", neighbours=(0.5, 0.3, 0.2), date_lift=0.3,
-                    question_keeps=0.7, answer_share=0.7, short=0.4, full_length=20),
+    "fused": Fusion(
+        "minmax",
+        0.4,
+        0.6,
+        "bm25",
+        neighbours=(0.5, 0.3, 0.2),
+        date_lift=0.3,
+        question_keeps=0.7,
+        answer_share=0.7,
+        short=0.4,
+        full_length=20,
+    ),
     "hybrid": Fusion("minmax", 0.7, 0.3, "ts_rank", 50),  # Nova 3.2 as specified: top 50 each
     "rrf": Fusion("rrf", 1.0, 1.0),
     "fts": Fusion("minmax", 0.0, 1.0),
@@ -309,7 +319,8 @@ _LEXICAL = {"ts_rank": _LEXICAL_TS_RANK, "bm25": _LEXICAL_BM25}
 
 def _statement(lexical: str, semantic: str, dim: int = 0) -> str:
     return SEARCH.format(
-        filters=_FILTERS, rrf_k=RRF_K,
+        filters=_FILTERS,
+        rrf_k=RRF_K,
         lexical=_LEXICAL[lexical].format(filters=_FILTERS),
         semantic=semantic.format(filters=_FILTERS, dim=dim),
     )
@@ -409,20 +420,30 @@ async def search_messages(
         user_id,
         q.query if fusion.w_lex > 0 else None,
         vector if fusion.w_sem > 0 else None,
-        q.chat_id, q.episode_id, q.since, q.until, q.limit,
-        fusion.kind, fusion.w_sem, fusion.w_lex, max(fusion.candidates, q.limit),
-        [lo for lo, _ in named], [hi for _, hi in named], fusion.date_lift,
-        list(fusion.neighbours), fusion.question_keeps, fusion.answer_share,
-        fusion.short, float(fusion.full_length),
+        q.chat_id,
+        q.episode_id,
+        q.since,
+        q.until,
+        q.limit,
+        fusion.kind,
+        fusion.w_sem,
+        fusion.w_lex,
+        max(fusion.candidates, q.limit),
+        [lo for lo, _ in named],
+        [hi for _, hi in named],
+        fusion.date_lift,
+        list(fusion.neighbours),
+        fusion.question_keeps,
+        fusion.answer_share,
+        fusion.short,
+        float(fusion.full_length),
     ]
     async with pool.acquire() as conn:
         rows = await _fetch(conn, user_id, fusion.lexical, args)
     return MessageResult(mode, [_hit(r) for r in rows])
 
 
-async def _fetch(
-    conn: Any, user_id: str, lexical: str, args: list[Any]
-) -> list[asyncpg.Record]:
+async def _fetch(conn: Any, user_id: str, lexical: str, args: list[Any]) -> list[asyncpg.Record]:
     vector = args[2]
     if vector is None:
         return list(await conn.fetch(EXACT[lexical], *args))
@@ -437,9 +458,15 @@ async def _fetch(
 
 def _hit(r: asyncpg.Record) -> MessageHit:
     return MessageHit(
-        id=int(r["id"]), external_message_id=r["external_id"], episode_id=str(r["episode_id"]),
-        chat_id=r["chat_id"], role=r["role"], display_name=r["display_name"],
-        content=r["content"], occurred_at=r["occurred_at"], score=float(r["score"]),
+        id=int(r["id"]),
+        external_message_id=r["external_id"],
+        episode_id=str(r["episode_id"]),
+        chat_id=r["chat_id"],
+        role=r["role"],
+        display_name=r["display_name"],
+        content=r["content"],
+        occurred_at=r["occurred_at"],
+        score=float(r["score"]),
         lexical_rank=None if r["lex_pos"] is None else int(r["lex_pos"]),
         semantic_rank=None if r["sem_pos"] is None else int(r["sem_pos"]),
         similarity=None if r["similarity"] is None else float(r["similarity"]),

@@ -14,8 +14,9 @@ from shared.memory.remember import MAX_DAYS, Chat, Fact, Remembered, remember
 from shared.memory.vectors import ModelEmbedder
 from shared.streams import Publisher
 
-Subjects = Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]],
-                     Field(max_length=20)]
+Subjects = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=200)]], Field(max_length=20)
+]
 Days = Annotated[int, Field(ge=1, le=MAX_DAYS)]
 
 
@@ -34,7 +35,8 @@ class FactIn(BaseModel):
 
     content: Annotated[str, Field(min_length=1, max_length=10_000)]
     subjects: Subjects | None = Field(
-        default=None, description="who this fact is about; default: the call's 'subjects'")
+        default=None, description="who this fact is about; default: the call's 'subjects'"
+    )
     expires_in_days: Days | None = None
     shared: bool | None = Field(default=None, description="visible to this chat's members")
     type: str | None = None
@@ -67,18 +69,29 @@ class RememberIn(BaseModel):
     def to_facts(self) -> list[Fact]:
         out = []
         if self.content is not None:
-            out.append(Fact(content=self.content, subjects=self.subjects,
-                            expires_in_days=self.expires_in_days, shared=self.shared,
-                            type=self.type, theme=self.theme))
+            out.append(
+                Fact(
+                    content=self.content,
+                    subjects=self.subjects,
+                    expires_in_days=self.expires_in_days,
+                    shared=self.shared,
+                    type=self.type,
+                    theme=self.theme,
+                )
+            )
         for f in self.facts or []:
-            out.append(Fact(
-                content=f.content,
-                subjects=f.subjects if f.subjects is not None else self.subjects,
-                expires_in_days=f.expires_in_days if f.expires_in_days is not None
-                else self.expires_in_days,
-                shared=f.shared if f.shared is not None else self.shared,
-                type=f.type or self.type, theme=f.theme or self.theme,
-            ))
+            out.append(
+                Fact(
+                    content=f.content,
+                    subjects=f.subjects if f.subjects is not None else self.subjects,
+                    expires_in_days=f.expires_in_days
+                    if f.expires_in_days is not None
+                    else self.expires_in_days,
+                    shared=f.shared if f.shared is not None else self.shared,
+                    type=f.type or self.type,
+                    theme=f.theme or self.theme,
+                )
+            )
         return out
 
 
@@ -87,21 +100,31 @@ class RecallIn(BaseModel):
 
     query: Annotated[str, Field(max_length=2_000)]
     about: Annotated[str, Field(max_length=200)] | None = Field(
-        default=None, description="only memories about this person ('my wife', 'Sarah')")
+        default=None, description="only memories about this person ('my wife', 'Sarah')"
+    )
     chat: ChatIn | None = None
     limit: Annotated[int, Field(ge=1, le=100)] = 5
     include_superseded: bool = Field(
-        default=False, description="also return memories a newer one replaced (history)")
+        default=False, description="also return memories a newer one replaced (history)"
+    )
 
 
 def remembered_json(result: Remembered) -> dict[str, Any]:
     return {
         "memories": [
             {
-                "id": str(m.id), "content": m.content, "scope": m.scope,
-                "subjects": [{"id": str(r.person.id), "name": r.person.name,
-                              "relation": r.person.relation, "created": r.created}
-                             for r in m.subjects],
+                "id": str(m.id),
+                "content": m.content,
+                "scope": m.scope,
+                "subjects": [
+                    {
+                        "id": str(r.person.id),
+                        "name": r.person.name,
+                        "relation": r.person.relation,
+                        "created": r.created,
+                    }
+                    for r in m.subjects
+                ],
                 "expires_at": m.expires_at.isoformat() if m.expires_at else None,
                 "embedding_state": m.embedding_state,
                 "superseded": [str(s) for s in m.superseded],
@@ -113,36 +136,64 @@ def remembered_json(result: Remembered) -> dict[str, Any]:
 
 
 async def do_remember(
-    pool: asyncpg.Pool, pub: Publisher, user_id: str, body: RememberIn, *,
-    embedder: ModelEmbedder | None, embedding_dim: int, actor: str,
+    pool: asyncpg.Pool,
+    pub: Publisher,
+    user_id: str,
+    body: RememberIn,
+    *,
+    embedder: ModelEmbedder | None,
+    embedding_dim: int,
+    actor: str,
 ) -> dict[str, Any]:
     """Store, then publish: MemoryChanged for each new and superseded memory, and
     EmbedRequested for those left pending (their supersession check follows)."""
     result = await remember(
-        pool, user_id, body.to_facts(), chat=body.chat.chat() if body.chat else None,
-        embedder=embedder, embedding_dim=embedding_dim, source="user", actor=actor,
+        pool,
+        user_id,
+        body.to_facts(),
+        chat=body.chat.chat() if body.chat else None,
+        embedder=embedder,
+        embedding_dim=embedding_dim,
+        source="user",
+        actor=actor,
     )
-    events = [MemoryChanged(memory_id=m.id, user_id=user_id, change="added")
-              for m in result.memories]
-    events += [MemoryChanged(memory_id=s, user_id=user_id, change="superseded")
-               for s in result.superseded]
+    events = [
+        MemoryChanged(memory_id=m.id, user_id=user_id, change="added") for m in result.memories
+    ]
+    events += [
+        MemoryChanged(memory_id=s, user_id=user_id, change="superseded") for s in result.superseded
+    ]
     await pub.publish("memories", events)
     if result.pending:
-        await pub.publish("embed", [EmbedRequested(
-            user_id=user_id, targets=[EmbedTarget(kind="memory", id=str(i))
-                                      for i in result.pending])])
+        await pub.publish(
+            "embed",
+            [
+                EmbedRequested(
+                    user_id=user_id,
+                    targets=[EmbedTarget(kind="memory", id=str(i)) for i in result.pending],
+                )
+            ],
+        )
     return remembered_json(result)
 
 
 async def do_recall(
-    pool: asyncpg.Pool, user_id: str, body: RecallIn, *,
-    embedder: ModelEmbedder | None, embedding_dim: int,
+    pool: asyncpg.Pool,
+    user_id: str,
+    body: RecallIn,
+    *,
+    embedder: ModelEmbedder | None,
+    embedding_dim: int,
 ) -> dict[str, Any]:
     result = await recall(
-        pool, user_id, body.query, about=body.about,
-        chat=body.chat.chat() if body.chat else None, embedder=embedder,
-        embedding_dim=embedding_dim, include_superseded=body.include_superseded,
+        pool,
+        user_id,
+        body.query,
+        about=body.about,
+        chat=body.chat.chat() if body.chat else None,
+        embedder=embedder,
+        embedding_dim=embedding_dim,
+        include_superseded=body.include_superseded,
         limit=body.limit,
     )
     return result.public()
-

@@ -13,8 +13,10 @@ from shared.embeddings import Embedder
 
 async def embedder(request: Request, user_id: UserId) -> Embedder | Unavailable | None:
     return await user_embedder(
-        request.app.state.query.resolver, request.app.state.runtime.pool,
-        user_id=user_id, settings=request.app.state.settings,
+        request.app.state.query.resolver,
+        request.app.state.runtime.pool,
+        user_id=user_id,
+        settings=request.app.state.settings,
     )
 
 

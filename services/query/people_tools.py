@@ -47,8 +47,11 @@ REMEMBER_TOOL: dict[str, Any] = {
                 "items": {"type": "string"},
                 "description": "Who this fact is about (e.g., ['Sarah'], ['my wife', 'John'])",
             },
-            "expires_in_days": {"type": "integer", "minimum": 1,
-                                "description": "Days until expiration"},
+            "expires_in_days": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Days until expiration",
+            },
             "shared": {"type": "boolean", "description": "True for group/team facts"},
         },
     },
@@ -61,8 +64,10 @@ RECALL_TOOL: dict[str, Any] = {
         "type": "object",
         "properties": {
             "query": {"type": "string", "description": "What to search for"},
-            "about": {"type": "string",
-                      "description": "Filter to person (e.g., 'my wife', 'Sarah')"},
+            "about": {
+                "type": "string",
+                "description": "Filter to person (e.g., 'my wife', 'Sarah')",
+            },
         },
         "required": ["query"],
     },
@@ -86,8 +91,9 @@ def _problems(exc: ValidationError) -> str:
 def _only(args: dict[str, Any], allowed: set[str], tool: str) -> dict[str, Any]:
     extra = sorted(set(args) - allowed)
     if extra:
-        raise InvalidRequest(f"{tool}: unknown argument(s) {', '.join(extra)}; "
-                             f"use {', '.join(sorted(allowed))}")
+        raise InvalidRequest(
+            f"{tool}: unknown argument(s) {', '.join(extra)}; use {', '.join(sorted(allowed))}"
+        )
     return {k: v for k, v in args.items() if v is not None}
 
 
@@ -106,14 +112,21 @@ async def call_people_tool(
     chat_in = {"provider": chat.provider, "chat_id": chat.chat_id} if chat else None
     try:
         if name == "remember":
-            body = RememberIn.model_validate(
-                {**_only(args, _REMEMBER_ARGS, name), "chat": chat_in})
-            return await do_remember(pool, publisher, user_id, body, embedder=embedder,
-                                     embedding_dim=embedding_dim, actor="tool")
+            body = RememberIn.model_validate({**_only(args, _REMEMBER_ARGS, name), "chat": chat_in})
+            return await do_remember(
+                pool,
+                publisher,
+                user_id,
+                body,
+                embedder=embedder,
+                embedding_dim=embedding_dim,
+                actor="tool",
+            )
         if name == "recall":
             query = RecallIn.model_validate({**_only(args, _RECALL_ARGS, name), "chat": chat_in})
-            return await do_recall(pool, user_id, query, embedder=embedder,
-                                   embedding_dim=embedding_dim)
+            return await do_recall(
+                pool, user_id, query, embedder=embedder, embedding_dim=embedding_dim
+            )
     except ValidationError as exc:
         raise InvalidRequest(f"invalid arguments for {name}: {_problems(exc)}") from exc
     raise InvalidRequest(f"unknown tool {name!r}; people tools: {', '.join(sorted(NAMES))}")

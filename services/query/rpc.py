@@ -34,8 +34,10 @@ def register(rt: Runtime, state: QueryState) -> None:
         try:
             req = RpcSearchIn.model_validate(body)
         except ValidationError as exc:
-            problems = [f"{'.'.join(str(x) for x in e['loc']) or 'body'}: {e['msg']}"
-                        for e in exc.errors()[:10]]
+            problems = [
+                f"{'.'.join(str(x) for x in e['loc']) or 'body'}: {e['msg']}"
+                for e in exc.errors()[:10]
+            ]
             return {"error": "invalid request: " + "; ".join(problems)}
         try:
             result = await state.search(rt.pool, req.params(), user_id=req.user_id)

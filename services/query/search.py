@@ -119,8 +119,9 @@ LIMIT {k}
 """
 
 # Across users (admin): the index for listed users' rows, every other row exactly.
-_UNINDEXED_EXACT = SEMANTIC_EXACT.replace("WHERE {scope} AND",
-                                          "WHERE {scope} AND NOT m.vector_indexed AND")
+_UNINDEXED_EXACT = SEMANTIC_EXACT.replace(
+    "WHERE {scope} AND", "WHERE {scope} AND NOT m.vector_indexed AND"
+)
 SEMANTIC_ANY = f"""
 SELECT * FROM (
     ({SEMANTIC_INDEX})
@@ -146,16 +147,20 @@ _SCOPES = {"user": _USER, "any": _ANY_USER}
 
 
 def _statement(template: str, scope: str, dim: int = 0) -> str:
-    return template.format(columns=_COLUMNS, scope=_SCOPES[scope], filters=_FILTERS,
-                           k=CANDIDATES_PER_SIGNAL, dim=dim)
+    return template.format(
+        columns=_COLUMNS, scope=_SCOPES[scope], filters=_FILTERS, k=CANDIDATES_PER_SIGNAL, dim=dim
+    )
 
 
 # Named statements, built once from the fixed fragments above (no values inside).
 STATEMENTS: dict[tuple[str, str], str] = {
     (scope, name): _statement(template, scope)
     for scope in _SCOPES
-    for name, template in (("match_all", MATCH_ALL), ("lexical", LEXICAL),
-                           ("exact", SEMANTIC_EXACT))
+    for name, template in (
+        ("match_all", MATCH_ALL),
+        ("lexical", LEXICAL),
+        ("exact", SEMANTIC_EXACT),
+    )
 }
 
 
@@ -251,9 +256,13 @@ async def search(
         else None
     )
     filters: list[Any] = [
-        user_id, params.theme, params.status,
-        list(params.types) if params.types else None, since,
-        params.include_superseded, params.namespace,
+        user_id,
+        params.theme,
+        params.status,
+        list(params.types) if params.types else None,
+        since,
+        params.include_superseded,
+        params.namespace,
     ]
     if params.match_all:
         rows = await conn.fetch(STATEMENTS[(scope, "match_all")], *filters, params.limit)
@@ -314,9 +323,7 @@ def _min_max(values: dict[uuid.UUID, float]) -> dict[uuid.UUID, float]:
     return {k: (v - lo) / (hi - lo) for k, v in values.items()}
 
 
-def fuse(
-    lexical: list[asyncpg.Record], semantic: list[asyncpg.Record], limit: int
-) -> SearchResult:
+def fuse(lexical: list[asyncpg.Record], semantic: list[asyncpg.Record], limit: int) -> SearchResult:
     """Nova's hybrid score over the union of both signals' candidates.
 
     Each signal is min-max normalised over its candidates (a row the other
@@ -338,8 +345,12 @@ def fuse(
     w_sem = SEMANTIC_WEIGHT if sim else 0.0
     lex_norm, sem_norm = _min_max(rank), _min_max(sim)
     hits = [
-        _hit(r, (w_sem * sem_norm.get(k, 0.0) + w_lex * lex_norm.get(k, 0.0)) / (w_sem + w_lex),
-             k in rank, k in sim)
+        _hit(
+            r,
+            (w_sem * sem_norm.get(k, 0.0) + w_lex * lex_norm.get(k, 0.0)) / (w_sem + w_lex),
+            k in rank,
+            k in sim,
+        )
         for k, r in rows.items()
     ]
     # stable sorts, last key first: id, then newer first, then score
@@ -359,7 +370,15 @@ async def uses_index(conn: Conn, user_id: str | None) -> bool:
 
 def _hit(r: asyncpg.Record, score: float, fts: bool, semantic: bool) -> Hit:
     return Hit(
-        id=r["id"], user_id=r["user_id"], namespace=r["namespace"], theme=r["theme"],
-        type=r["type"], content=r["content"], importance=float(r["importance"]),
-        created_at=r["created_at"], score=score, fts=fts, semantic=semantic,
+        id=r["id"],
+        user_id=r["user_id"],
+        namespace=r["namespace"],
+        theme=r["theme"],
+        type=r["type"],
+        content=r["content"],
+        importance=float(r["importance"]),
+        created_at=r["created_at"],
+        score=score,
+        fts=fts,
+        semantic=semantic,
     )

@@ -45,8 +45,12 @@ class QueryState:
         )
         for mode in MODES:
             message_searches.labels(mode)
-        return cls(settings=settings, resolver=resolver, searches=searches,
-                   message_searches=message_searches)
+        return cls(
+            settings=settings,
+            resolver=resolver,
+            searches=searches,
+            message_searches=message_searches,
+        )
 
     async def query_vector(
         self, pool: asyncpg.Pool, *, user_id: str, text: str

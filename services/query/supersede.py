@@ -25,15 +25,17 @@ async def on_memories_changed(rt: Runtime, batch: Sequence[Delivery[MemoryChange
         async with rt.pool.acquire() as conn:
             for memory_id, user_id in ready.items():
                 for old in await check_supersession(conn, memory_id, actor="supersession"):
-                    changed.append(MemoryChanged(memory_id=old, user_id=user_id,
-                                                 change="superseded"))
+                    changed.append(
+                        MemoryChanged(memory_id=old, user_id=user_id, change="superseded")
+                    )
     await rt.publisher.publish("memories", changed)
     return {}
 
 
 def register(rt: Runtime) -> None:
     rt.consume(
-        stream="memories", group=GROUP,
+        stream="memories",
+        group=GROUP,
         adapter=memory_adapter,
         handle=lambda batch: on_memories_changed(rt, batch),
     )

@@ -49,19 +49,36 @@ MEMORY_TOOL: dict[str, Any] = {
     "parameters": {
         "type": "object",
         "properties": {
-            "operation": {"type": "string",
-                          "enum": ["search", "add", "get", "archive", "list_themes"]},
+            "operation": {
+                "type": "string",
+                "enum": ["search", "add", "get", "archive", "list_themes"],
+            },
             "query": {"type": "string", "description": "search: words to find; '*' = newest"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 50,
-                      "description": "search: results (default 10, max 50)"},
-            "theme": {"type": "string", "description": "search: only this theme; add: theme "
-                                                       "slug (default 'general')"},
-            "types": {"type": "array", "items": {"type": "string", "enum": TYPES},
-                      "description": "search: only these types"},
-            "recency_days": {"type": "integer", "minimum": 1,
-                             "description": "search: only items newer than this many days"},
-            "status": {"type": "string", "enum": ["active", "archived", "any"],
-                       "description": "search: default active"},
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 50,
+                "description": "search: results (default 10, max 50)",
+            },
+            "theme": {
+                "type": "string",
+                "description": "search: only this theme; add: theme slug (default 'general')",
+            },
+            "types": {
+                "type": "array",
+                "items": {"type": "string", "enum": TYPES},
+                "description": "search: only these types",
+            },
+            "recency_days": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "search: only items newer than this many days",
+            },
+            "status": {
+                "type": "string",
+                "enum": ["active", "archived", "any"],
+                "description": "search: default active",
+            },
             "type": {"type": "string", "enum": TYPES, "description": "add: kind of memory"},
             "content": {"type": "string", "description": "add: the memory, one statement"},
             "tags": {"type": "array", "items": {"type": "string"}, "description": "add: tags"},
@@ -87,11 +104,16 @@ FACTS_TOOL: dict[str, Any] = {
             "category": {"type": "string", "description": "save/forget: e.g. location, work"},
             "key": {"type": "string", "description": "save/forget: e.g. home_city"},
             "value": {"type": "string", "description": "save: the fact's value"},
-            "source": {"type": "string",
-                       "enum": ["conversation", "tool_call", "auto_discovery", "user_explicit"]},
+            "source": {
+                "type": "string",
+                "enum": ["conversation", "tool_call", "auto_discovery", "user_explicit"],
+            },
             "confidence": {"type": "number", "minimum": 0, "maximum": 100},
-            "expires_days": {"type": "integer", "minimum": 1,
-                             "description": "save: forget after this many days"},
+            "expires_days": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "save: forget after this many days",
+            },
             "source_context": {"type": "string", "description": "save: where it was learned"},
             "query": {"type": "string", "description": "search: what to look for"},
             "limit": {"type": "integer", "minimum": 1, "maximum": 100},
@@ -117,11 +139,21 @@ class ToolContext:
 
 
 def tool_schemas(fmt: str = "all") -> dict[str, list[dict[str, Any]]]:
-    openai = [{"type": "function", "function": {
-        "name": t["name"], "description": t["description"], "parameters": t["parameters"]}}
-        for t in TOOLS]
-    anthropic = [{"name": t["name"], "description": t["description"],
-                  "input_schema": t["parameters"]} for t in TOOLS]
+    openai = [
+        {
+            "type": "function",
+            "function": {
+                "name": t["name"],
+                "description": t["description"],
+                "parameters": t["parameters"],
+            },
+        }
+        for t in TOOLS
+    ]
+    anthropic = [
+        {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+        for t in TOOLS
+    ]
     if fmt == "openai":
         return {"openai": openai}
     if fmt == "anthropic":
@@ -153,8 +185,9 @@ def _validate(model: type[BaseModel], args: dict[str, Any], op: str) -> Any:
         problems = []
         for err in exc.errors()[:10]:
             loc = ".".join(str(x) for x in err.get("loc", ())) or "arguments"
-            msg = "not allowed for this operation" if err["type"] == "extra_forbidden" \
-                else err["msg"]
+            msg = (
+                "not allowed for this operation" if err["type"] == "extra_forbidden" else err["msg"]
+            )
             problems.append(f"{loc}: {msg}")
         raise ToolError(f"invalid arguments for {op}: " + "; ".join(problems)) from exc
 
@@ -171,8 +204,13 @@ async def call_tool(ctx: ToolContext, name: str, arguments: Any) -> dict[str, An
                 ctx.state.resolver, ctx.pool, user_id=ctx.user_id, settings=ctx.state.settings
             )
             return await call_people_tool(
-                name, args, pool=ctx.pool, publisher=ctx.publisher, user_id=ctx.user_id,
-                embedder=embedder, embedding_dim=ctx.state.settings.embedding_dim,
+                name,
+                args,
+                pool=ctx.pool,
+                publisher=ctx.publisher,
+                user_id=ctx.user_id,
+                embedder=embedder,
+                embedding_dim=ctx.state.settings.embedding_dim,
             )
     except (InvalidRequest, NotFound) as exc:
         raise ToolError(str(exc)) from exc
@@ -187,18 +225,21 @@ async def _memory(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         return (await ctx.state.search(ctx.pool, body.params(), user_id=ctx.user_id)).as_dict()
     if op == "add":
         add: AddIn = _validate(AddIn, args, op)
-        item = ms.NewMemory(type=add.type, content=add.content, theme=add.theme,
-                            tags=tuple(add.tags))
-        added = await ms.add_memory(ctx.pool, ctx.publisher, user_id=ctx.user_id, item=item,
-                                    actor="tool")
+        item = ms.NewMemory(
+            type=add.type, content=add.content, theme=add.theme, tags=tuple(add.tags)
+        )
+        added = await ms.add_memory(
+            ctx.pool, ctx.publisher, user_id=ctx.user_id, item=item, actor="tool"
+        )
         return added.as_dict()
     if op == "get":
         one: ItemIn = _validate(ItemIn, args, op)
         return await ms.get_memory(ctx.pool, user_id=ctx.user_id, item_id=one.item_id)
     if op == "archive":
         one = _validate(ItemIn, args, op)
-        return await ms.archive_memory(ctx.pool, ctx.publisher, user_id=ctx.user_id,
-                                       item_id=one.item_id, actor="tool")
+        return await ms.archive_memory(
+            ctx.pool, ctx.publisher, user_id=ctx.user_id, item_id=one.item_id, actor="tool"
+        )
     if op == "list_themes":
         _validate(_Nothing, args, op)
         return {"themes": await ms.list_themes(ctx.pool, user_id=ctx.user_id)}
@@ -209,18 +250,32 @@ async def _facts(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     action = args.pop("action", None)
     if action == "save":
         fact: FactIn = _validate(FactIn, args, action)
-        return await fs.save_fact(ctx.pool, ctx.publisher, user_id=ctx.user_id, fact=fact,
-                                  actor="tool")
+        return await fs.save_fact(
+            ctx.pool, ctx.publisher, user_id=ctx.user_id, fact=fact, actor="tool"
+        )
     if action == "search":
         q: FactSearchIn = _validate(FactSearchIn, args, action)
         vector = await ctx.state.query_vector(ctx.pool, user_id=ctx.user_id, text=q.query)
-        return {"facts": await fs.search_facts(ctx.pool, user_id=ctx.user_id, query=q.query,
-                                               limit=q.limit, vector=vector,
-                                               trigram=ctx.trigram)}
+        return {
+            "facts": await fs.search_facts(
+                ctx.pool,
+                user_id=ctx.user_id,
+                query=q.query,
+                limit=q.limit,
+                vector=vector,
+                trigram=ctx.trigram,
+            )
+        }
     if action == "forget":
         f: ForgetIn = _validate(ForgetIn, args, action)
-        return await fs.forget_fact(ctx.pool, ctx.publisher, user_id=ctx.user_id, key=f.key,
-                                    category=f.category, actor="tool")
+        return await fs.forget_fact(
+            ctx.pool,
+            ctx.publisher,
+            user_id=ctx.user_id,
+            key=f.key,
+            category=f.category,
+            actor="tool",
+        )
     if action == "list":
         page: FactListIn = _validate(FactListIn, args, action)
         return await fs.list_facts(ctx.pool, user_id=ctx.user_id, query=page)

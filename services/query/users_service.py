@@ -49,6 +49,13 @@ async def erase_user(pool: asyncpg.Pool, *, user_id: str, actor: str) -> dict[st
             if n:
                 counts[r["table_name"]] = n
         await conn.fetchrow(DELETE_USER, user_id)
-        await audit(conn, user_id=None, actor=actor, action="delete", entity="user",
-                    entity_id=None, details={"user_hash": user_hash(user_id), "rows": counts})
+        await audit(
+            conn,
+            user_id=None,
+            actor=actor,
+            action="delete",
+            entity="user",
+            entity_id=None,
+            details={"user_hash": user_hash(user_id), "rows": counts},
+        )
     return {"erased": True, "rows": counts}

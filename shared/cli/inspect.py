@@ -27,7 +27,8 @@ async def show_messages(settings: CommonSettings, user_id: str, limit: int) -> N
             ORDER BY m.occurred_at, m.id
             LIMIT $2
             """,
-            user_id, limit,
+            user_id,
+            limit,
         )
     finally:
         await conn.close()
@@ -36,8 +37,10 @@ async def show_messages(settings: CommonSettings, user_id: str, limit: int) -> N
         if r["episode_id"] != episode:
             episode = r["episode_id"]
             print(f"-- episode {episode} ({r['status']})")
-        print(f"{r['occurred_at']:%Y-%m-%d %H:%M:%S} {r['who']:>12}: {r['content']}"
-              f"   [{r['embedding_state']}]")
+        print(
+            f"{r['occurred_at']:%Y-%m-%d %H:%M:%S} {r['who']:>12}: {r['content']}"
+            f"   [{r['embedding_state']}]"
+        )
     print(f"{len(rows)} message(s)")
 
 
@@ -52,8 +55,10 @@ async def show_dead(settings: CommonSettings, count: int, replay: bool) -> None:
             if replay and f.get("stream") and f.get("payload"):
                 await redis.xadd(f["stream"], {EVENT_FIELD: f["payload"].encode()})
                 await redis.xdel(key, entry_id)
-        print(f"{len(entries)} dead-lettered entr{'y' if len(entries) == 1 else 'ies'}"
-              + (" replayed" if replay else ""))
+        print(
+            f"{len(entries)} dead-lettered entr{'y' if len(entries) == 1 else 'ies'}"
+            + (" replayed" if replay else "")
+        )
     finally:
         await redis.aclose()
 
@@ -62,12 +67,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("messages", help="print a user's stored conversation in order")
     p.add_argument("user_id")
     p.add_argument("--limit", type=int, default=200)
-    p.set_defaults(func=lambda a: asyncio.run(
-        show_messages(with_running_stack(CommonSettings()), a.user_id, a.limit)))
+    p.set_defaults(
+        func=lambda a: asyncio.run(
+            show_messages(with_running_stack(CommonSettings()), a.user_id, a.limit)
+        )
+    )
 
     d = sub.add_parser("dead", help="list dead-lettered entries (optionally replay them)")
     d.add_argument("--count", type=int, default=50)
-    d.add_argument("--replay", action="store_true",
-                   help="put each listed entry back on its stream and remove it from dead")
-    d.set_defaults(func=lambda a: asyncio.run(
-        show_dead(with_running_stack(CommonSettings()), a.count, a.replay)))
+    d.add_argument(
+        "--replay",
+        action="store_true",
+        help="put each listed entry back on its stream and remove it from dead",
+    )
+    d.set_defaults(
+        func=lambda a: asyncio.run(
+            show_dead(with_running_stack(CommonSettings()), a.count, a.replay)
+        )
+    )

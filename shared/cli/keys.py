@@ -18,9 +18,7 @@ async def _create(args: argparse.Namespace) -> int:
     settings = with_running_stack(CommonSettings())
     conn = await connect(settings.require_database_url())
     try:
-        key, secret = await create_key(
-            conn, user_id=args.user, is_admin=args.admin, name=args.name
-        )
+        key, secret = await create_key(conn, user_id=args.user, is_admin=args.admin, name=args.name)
     finally:
         await conn.close()
     who = "admin" if key.is_admin else f"user {key.user_id}"

@@ -76,8 +76,10 @@ async def publish_stream(settings: CommonSettings, source: TextIO, *, strict: bo
     finally:
         await redis.aclose()
     total = len(batches["turns"]) + len(batches["episodes"])
-    print(f"published {len(batches['turns'])} turn(s) and {len(batches['episodes'])} "
-          f"episode event(s)" + (f"; {errors} line(s) skipped" if errors else ""))
+    print(
+        f"published {len(batches['turns'])} turn(s) and {len(batches['episodes'])} "
+        f"episode event(s)" + (f"; {errors} line(s) skipped" if errors else "")
+    )
     return 1 if errors and not total else 0
 
 

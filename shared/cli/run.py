@@ -23,6 +23,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "run", help="start embedded PostgreSQL and Redis (unless URLs are set) and all services"
     )
-    p.add_argument("services", nargs="*", metavar="SERVICE",
-                   help=f"only these services (default: all of {', '.join(SERVICES)})")
+    p.add_argument(
+        "services",
+        nargs="*",
+        metavar="SERVICE",
+        help=f"only these services (default: all of {', '.join(SERVICES)})",
+    )
     p.set_defaults(func=run)

@@ -55,9 +55,7 @@ class HttpEndpoint:
         )
         self._slots = asyncio.Semaphore(options.concurrency)
 
-    async def post_json(
-        self, path: str, body: dict[str, Any], *, api_key: str | None
-    ) -> Any:
+    async def post_json(self, path: str, body: dict[str, Any], *, api_key: str | None) -> Any:
         """POST ``body``; the decoded JSON answer. Retries as described in the module doc."""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         last: str = ""
@@ -144,7 +142,11 @@ class _HttpEmbedder(ABC):
     path: str
 
     def __init__(
-        self, endpoint: HttpEndpoint, *, model: str, api_key: str | None = None,
+        self,
+        endpoint: HttpEndpoint,
+        *,
+        model: str,
+        api_key: str | None = None,
         dimensions: int | None = None,
     ) -> None:
         self._endpoint = endpoint

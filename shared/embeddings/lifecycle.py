@@ -148,8 +148,12 @@ async def rebuild_count(pool: Executor, user_id: str) -> RebuildCount:
     """How many rows a rebuild of ``user_id`` would re-embed (archived items included)."""
     r = await pool.fetchrow(COUNT_ROWS, user_id)
     assert r is not None
-    return RebuildCount(messages=r["messages"], memories=r["memories"], episodes=r["episodes"],
-                        total=r["messages"] + r["memories"] + r["episodes"])
+    return RebuildCount(
+        messages=r["messages"],
+        memories=r["memories"],
+        episodes=r["episodes"],
+        total=r["messages"] + r["memories"] + r["episodes"],
+    )
 
 
 async def start_rebuild(
@@ -170,8 +174,7 @@ async def start_rebuild(
     marked: dict[EmbedKind, list[Any]] = {}
     async with pool.acquire() as conn, conn.transaction():
         for kind, sql in MARK_FOR_REBUILD.items():
-            rows = await conn.fetch(sql, user_id, config.provider, config.model,
-                                    config.dimensions)
+            rows = await conn.fetch(sql, user_id, config.provider, config.model, config.dimensions)
             marked[kind] = [r["id"] for r in rows]
         total = sum(len(v) for v in marked.values())
         await conn.execute(RECORD_REBUILD, user_id, config.provider, config.model, total)
@@ -183,22 +186,22 @@ async def start_rebuild(
 
 
 async def request_embeddings(
-    publisher: Publisher, user_id: str, ids: dict[EmbedKind, list[Any]], *,
+    publisher: Publisher,
+    user_id: str,
+    ids: dict[EmbedKind, list[Any]],
+    *,
     reason: EmbedReason,
 ) -> None:
     targets = [EmbedTarget(kind=k, id=str(i)) for k, v in ids.items() for i in v]
     events = [
-        EmbedRequested(user_id=user_id, targets=targets[i:i + TARGETS_PER_EVENT],
-                       reason=reason)
+        EmbedRequested(user_id=user_id, targets=targets[i : i + TARGETS_PER_EVENT], reason=reason)
         for i in range(0, len(targets), TARGETS_PER_EVENT)
     ]
     for i in range(0, len(events), 100):
-        await publisher.publish("embed", events[i:i + 100])
+        await publisher.publish("embed", events[i : i + 100])
 
 
-async def rebuild_progress(
-    pool: Executor, user_id: str
-) -> RebuildStatus | None:
+async def rebuild_progress(pool: Executor, user_id: str) -> RebuildStatus | None:
     """The user's latest rebuild (None if there never was one); finishes it when nothing
     is pending any more."""
     row = await pool.fetchrow(GET_REBUILD, user_id)
@@ -213,9 +216,15 @@ async def rebuild_progress(
         finished = await pool.fetchval(FINISH_REBUILD, user_id) or row["finished_at"]
     total = max(counts.total, 0)
     return RebuildStatus(
-        provider=row["provider"], model=row["model"], total=total,
-        done=max(total - pending, 0), pending=pending, errors=int(states["errors"]),
-        started_at=row["started_at"], finished_at=finished, running=finished is None,
+        provider=row["provider"],
+        model=row["model"],
+        total=total,
+        done=max(total - pending, 0),
+        pending=pending,
+        errors=int(states["errors"]),
+        started_at=row["started_at"],
+        finished_at=finished,
+        running=finished is None,
     )
 
 
@@ -279,8 +288,12 @@ async def embed_missing(
 
 
 async def _embed_page(
-    pool: asyncpg.Pool, settings: CommonSettings, kind: EmbedKind,
-    page: Sequence[asyncpg.Record], registry: ProviderRegistry, options: Options,
+    pool: asyncpg.Pool,
+    settings: CommonSettings,
+    kind: EmbedKind,
+    page: Sequence[asyncpg.Record],
+    registry: ProviderRegistry,
+    options: Options,
     observer: Observer | None,
 ) -> Outcome:
     by_user: dict[str, list[Any]] = defaultdict(list)
@@ -298,9 +311,8 @@ async def _embed_page(
         await pool.execute(CLAIM[kind], uid, ids)
         rows = await store.fetch_pending(pool, uid, kind, ids, max_chars=8000)
         items.extend(Item(uid, row) for row in rows)
-    outcome = await embed_items(pool, items, configs, registry=registry, options=options,
-                                observer=observer)
+    outcome = await embed_items(
+        pool, items, configs, registry=registry, options=options, observer=observer
+    )
     outcome.skipped += skipped
     return outcome
-
-

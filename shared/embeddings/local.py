@@ -49,8 +49,11 @@ def encode(texts: Sequence[str], *, batch_size: int) -> list[list[float]]:
     model = load_model()
     with _run_lock:
         vectors = model.encode(
-            list(texts), batch_size=batch_size, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=False,
+            list(texts),
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
         )
     return [v.tolist() for v in vectors]
 

@@ -91,8 +91,10 @@ async def embed_items(
     for item in items:
         config = configs[item.user_id]
         row = item.row
-        if row.pending_provider is not None and (
-            row.pending_provider, row.pending_model) != (config.provider, config.model):
+        if row.pending_provider is not None and (row.pending_provider, row.pending_model) != (
+            config.provider,
+            config.model,
+        ):
             # A rebuild marked it for another model than the one now in effect; the
             # next rebuild re-marks it. Writing now would mix models.
             total.skipped += 1
@@ -109,9 +111,8 @@ async def embed_items(
             tasks.append(_defer(pool, group, str(exc), options, obs, config.provider))
             continue
         for i in range(0, len(group), options.batch):
-            chunk = group[i:i + options.batch]
-            tasks.append(_guarded(slots, _embed_chunk(pool, chunk, embedder, config, options,
-                                                      obs)))
+            chunk = group[i : i + options.batch]
+            tasks.append(_guarded(slots, _embed_chunk(pool, chunk, embedder, config, options, obs)))
     for outcome in await asyncio.gather(*tasks):
         total.add(outcome)
     return total
@@ -124,15 +125,27 @@ async def _guarded(slots: asyncio.Semaphore, work: Coroutine[Any, Any, Outcome])
 
 
 async def _embed_chunk(
-    pool: asyncpg.Pool, chunk: Sequence[Item], embedder: Embedder, config: ProviderConfig,
-    options: Options, obs: Observer,
+    pool: asyncpg.Pool,
+    chunk: Sequence[Item],
+    embedder: Embedder,
+    config: ProviderConfig,
+    options: Options,
+    obs: Observer,
 ) -> Outcome:
     empty = [it for it in chunk if not it.row.text]
     todo = [it for it in chunk if it.row.text]
     outcome = Outcome()
     if empty:
-        outcome.add(await _store(pool, config, [], [], {it: "nothing to embed: the text is empty"
-                                                      for it in empty}, obs))
+        outcome.add(
+            await _store(
+                pool,
+                config,
+                [],
+                [],
+                {it: "nothing to embed: the text is empty" for it in empty},
+                obs,
+            )
+        )
     if not todo:
         return outcome
     started = time.perf_counter()
@@ -164,14 +177,21 @@ async def _embed_chunk(
             native.append(len(vec))
         except DimensionTooLarge as exc:
             errors[it] = str(exc)
-    outcome.add(await _store(pool, config, list(zip(fitted, fitted_vectors, strict=True)),
-                             native, errors, obs))
+    outcome.add(
+        await _store(
+            pool, config, list(zip(fitted, fitted_vectors, strict=True)), native, errors, obs
+        )
+    )
     return outcome
 
 
 async def _store(
-    pool: asyncpg.Pool, config: ProviderConfig, done: list[tuple[Item, list[float]]],
-    native: list[int], errors: dict[Item, str], obs: Observer,
+    pool: asyncpg.Pool,
+    config: ProviderConfig,
+    done: list[tuple[Item, list[float]]],
+    native: list[int],
+    errors: dict[Item, str],
+    obs: Observer,
 ) -> Outcome:
     """Write one chunk's vectors (one statement per table, every user's rows in it)
     and errors in one transaction."""
@@ -185,9 +205,14 @@ async def _store(
     async with pool.acquire() as conn, conn.transaction():
         for kind, idx in by_kind.items():
             written = await store.write_vectors_many(
-                conn, kind, provider=config.provider, model=config.model,
-                owners=[done[i][0].user_id for i in idx], ids=[done[i][0].row.id for i in idx],
-                vectors=[done[i][1] for i in idx], native_dims=[native[i] for i in idx],
+                conn,
+                kind,
+                provider=config.provider,
+                model=config.model,
+                owners=[done[i][0].user_id for i in idx],
+                ids=[done[i][0].row.id for i in idx],
+                vectors=[done[i][1] for i in idx],
+                native_dims=[native[i] for i in idx],
             )
             outcome.ready += len(written)
             outcome.skipped += len(idx) - len(written)
@@ -206,7 +231,11 @@ async def _store(
 
 
 async def _defer(
-    pool: asyncpg.Pool, items: Sequence[Item], error: str, options: Options, obs: Observer,
+    pool: asyncpg.Pool,
+    items: Sequence[Item],
+    error: str,
+    options: Options,
+    obs: Observer,
     provider: str,
 ) -> Outcome:
     by_target: dict[tuple[str, EmbedKind], list[Any]] = defaultdict(list)
@@ -214,8 +243,15 @@ async def _defer(
         by_target[(it.user_id, it.row.kind)].append(it.row.id)
     async with pool.acquire() as conn, conn.transaction():
         for (user_id, kind), ids in by_target.items():
-            await store.defer(conn, user_id, kind, ids, error=error,
-                              backoff_s=options.retry_backoff_s, max_backoff_s=options.retry_max_s)
+            await store.defer(
+                conn,
+                user_id,
+                kind,
+                ids,
+                error=error,
+                backoff_s=options.retry_backoff_s,
+                max_backoff_s=options.retry_max_s,
+            )
     log.warning("provider unavailable, %d row(s) stay pending: %s", len(items), error[:300])
     obs.rows(provider, "deferred", len(items))
     return Outcome(deferred=len(items))

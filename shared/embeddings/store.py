@@ -35,8 +35,9 @@ class Table:
 
 
 TABLES: dict[EmbedKind, Table] = {
-    "message": Table("message", "messages", "bigint",
-                     "content, role, tool_name, tool_args, tool_result"),
+    "message": Table(
+        "message", "messages", "bigint", "content, role, tool_name, tool_args, tool_result"
+    ),
     "memory": Table("memory", "memory_items", "uuid", "content"),
     "episode": Table("episode", "episodes", "uuid", "summary_text AS content"),
 }
@@ -145,8 +146,14 @@ def _brief(value: Any) -> str:
 
 
 def message_text(
-    content: str, role: str, tool_name: str | None, tool_args: Any, tool_result: Any,
-    *, speaker: str | None = None, at: datetime | None = None,
+    content: str,
+    role: str,
+    tool_name: str | None,
+    tool_args: Any,
+    tool_result: Any,
+    *,
+    speaker: str | None = None,
+    at: datetime | None = None,
 ) -> str:
     """What is embedded for a turn: ``<date> <speaker>: <content>``.
 
@@ -184,8 +191,12 @@ async def fetch_pending(
     max_chars: int,
 ) -> list[Row]:
     """The user's rows among ``ids`` that still wait for a vector, with their text."""
-    return [row for _, row in await fetch_pending_many(
-        conn, kind, [(user_id, i) for i in ids], max_chars=max_chars)]
+    return [
+        row
+        for _, row in await fetch_pending_many(
+            conn, kind, [(user_id, i) for i in ids], max_chars=max_chars
+        )
+    ]
 
 
 async def fetch_pending_many(
@@ -203,14 +214,33 @@ async def fetch_pending_many(
     out = []
     for r in await conn.fetch(SQL[kind]["fetch"], list(owners), list(ids)):
         if kind == "message":
-            text = message_text(
-                r["content"], r["role"], r["tool_name"], r["tool_args"], r["tool_result"],
-                speaker=r["display_name"], at=r["occurred_at"],
-            ) if r["content"] or r["tool_name"] or r["role"] == "tool" else ""
+            text = (
+                message_text(
+                    r["content"],
+                    r["role"],
+                    r["tool_name"],
+                    r["tool_args"],
+                    r["tool_result"],
+                    speaker=r["display_name"],
+                    at=r["occurred_at"],
+                )
+                if r["content"] or r["tool_name"] or r["role"] == "tool"
+                else ""
+            )
         else:
             text = r["content"] or ""
-        out.append((r["user_id"], Row(kind, r["id"], text.strip()[:max_chars],
-                                      r["embedding_provider"], r["embedding_model"])))
+        out.append(
+            (
+                r["user_id"],
+                Row(
+                    kind,
+                    r["id"],
+                    text.strip()[:max_chars],
+                    r["embedding_provider"],
+                    r["embedding_model"],
+                ),
+            )
+        )
     return out
 
 
@@ -228,8 +258,14 @@ async def write_vectors(
     """Store one user's vectors (already fitted to the column); return the ids that
     became ready."""
     written = await write_vectors_many(
-        conn, kind, provider=provider, model=model, owners=[user_id] * len(ids), ids=ids,
-        vectors=vectors, native_dims=native_dims,
+        conn,
+        kind,
+        provider=provider,
+        model=model,
+        owners=[user_id] * len(ids),
+        ids=ids,
+        vectors=vectors,
+        native_dims=native_dims,
     )
     return [row_id for _, row_id in written]
 
@@ -250,8 +286,13 @@ async def write_vectors_many(
     if not ids:
         return []
     rows = await conn.fetch(
-        SQL[kind]["write"], list(owners), list(ids), provider, model,
-        [Vector(list(v)) for v in vectors], list(native_dims),
+        SQL[kind]["write"],
+        list(owners),
+        list(ids),
+        provider,
+        model,
+        [Vector(list(v)) for v in vectors],
+        list(native_dims),
     )
     return [(r["user_id"], r["id"]) for r in rows]
 
@@ -292,8 +333,6 @@ async def defer(
         )
 
 
-async def due_for_retry(
-    conn: Executor, kind: EmbedKind, *, limit: int
-) -> list[tuple[str, Any]]:
+async def due_for_retry(conn: Executor, kind: EmbedKind, *, limit: int) -> list[tuple[str, Any]]:
     """Deferred rows whose retry time has come, across users (the embedder's own sweep)."""
     return [(r["user_id"], r["id"]) for r in await conn.fetch(SQL[kind]["due"], limit)]

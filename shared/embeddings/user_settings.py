@@ -66,8 +66,8 @@ class ProviderSettingsIn(BaseModel):
     enabled: bool = True
     provider: Literal["local", "openai", "ollama"]
     endpoint_url: str | None = Field(
-        default=None, description="base URL, e.g. http://host:8080/v1 (openai) or "
-        "http://host:11434 (ollama)"
+        default=None,
+        description="base URL, e.g. http://host:8080/v1 (openai) or http://host:11434 (ollama)",
     )
     model: str = Field(min_length=1, max_length=200)
     api_key: SecretStr | None = None
@@ -79,7 +79,8 @@ class ProviderSettingsIn(BaseModel):
         if self.provider == "local":
             if self.model != LOCAL_MODEL:
                 raise PydanticCustomError(
-                    "provider_settings", "the local provider only runs {model}",
+                    "provider_settings",
+                    "the local provider only runs {model}",
                     {"model": LOCAL_MODEL},
                 )
             if self.endpoint_url:
@@ -89,7 +90,8 @@ class ProviderSettingsIn(BaseModel):
         else:
             if not self.endpoint_url:
                 raise PydanticCustomError(
-                    "provider_settings", "the {provider} provider needs endpoint_url",
+                    "provider_settings",
+                    "the {provider} provider needs endpoint_url",
                     {"provider": self.provider},
                 )
             if not self.endpoint_url.startswith(("http://", "https://")):
@@ -231,8 +233,15 @@ async def put_provider_settings(
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(ENSURE_USER, user_id)
         await conn.execute(
-            PUT_SETTINGS, user_id, new.enabled, new.provider, new.endpoint_url, new.model,
-            key_enc, new.dimensions, replace_key,
+            PUT_SETTINGS,
+            user_id,
+            new.enabled,
+            new.provider,
+            new.endpoint_url,
+            new.model,
+            key_enc,
+            new.dimensions,
+            replace_key,
         )
     return await get_provider_settings(pool, user_id, s)
 
@@ -274,8 +283,12 @@ async def probe_endpoint(
         return ProbeResult(ok=False, provider=config.provider, model=config.model, error=str(exc))
     latency = (time.perf_counter() - started) * 1000
     return ProbeResult(
-        ok=True, provider=config.provider, model=config.model, dimensions=len(vector),
-        latency_ms=round(latency, 1), fits_column=len(vector) <= s.embedding_dim,
+        ok=True,
+        provider=config.provider,
+        model=config.model,
+        dimensions=len(vector),
+        latency_ms=round(latency, 1),
+        fits_column=len(vector) <= s.embedding_dim,
     )
 
 
@@ -285,9 +298,12 @@ def config_from_input(
     """A configuration to probe before saving (``api_key`` omitted = the stored one)."""
     key = new.api_key if new.api_key is not None else stored_key
     return ProviderConfig(
-        provider=new.provider, model=new.model, endpoint_url=new.endpoint_url,
+        provider=new.provider,
+        model=new.model,
+        endpoint_url=new.endpoint_url,
         api_key=key if key is not None and key.get_secret_value() else None,
-        dimensions=new.dimensions, source="user",
+        dimensions=new.dimensions,
+        source="user",
     )
 
 

@@ -83,7 +83,11 @@ async def uses_index(conn: Executor, user_id: str, kind: EmbedKind) -> bool:
 
 
 async def index_user(
-    conn: Executor, user_id: str, kind: EmbedKind, *, batch: int = MARK_BATCH,
+    conn: Executor,
+    user_id: str,
+    kind: EmbedKind,
+    *,
+    batch: int = MARK_BATCH,
     settle_s: float = SETTLE_S,
 ) -> int:
     """List the user, put all their vectors of ``kind`` into the index, set ready.
@@ -97,8 +101,13 @@ async def index_user(
     marked += await _mark_all(conn, user_id, kind, batch)
     await conn.execute(SET_READY, user_id, kind)
     _ready.pop((user_id, kind), None)
-    log.info("vector index: %d %s row(s) of user %s indexed in %.1f s", marked,
-             TABLES[kind].name, user_id, time.monotonic() - started)
+    log.info(
+        "vector index: %d %s row(s) of user %s indexed in %.1f s",
+        marked,
+        TABLES[kind].name,
+        user_id,
+        time.monotonic() - started,
+    )
     return marked
 
 
@@ -110,8 +119,12 @@ async def _mark_all(conn: Executor, user_id: str, kind: EmbedKind, batch: int) -
         total += n
         if n < batch:
             return total
-        log.info("vector index: %d %s row(s) of user %s indexed so far", total,
-                 TABLES[kind].name, user_id)
+        log.info(
+            "vector index: %d %s row(s) of user %s indexed so far",
+            total,
+            TABLES[kind].name,
+            user_id,
+        )
 
 
 class Indexer:
@@ -121,8 +134,9 @@ class Indexer:
     embedder's periodic job) checks those due: a user found small is not counted
     again for ``recheck_s``; one found listed and ready never again."""
 
-    def __init__(self, *, min_rows: int = MIN_ROWS, recheck_s: float = 60.0,
-                 settle_s: float = SETTLE_S) -> None:
+    def __init__(
+        self, *, min_rows: int = MIN_ROWS, recheck_s: float = 60.0, settle_s: float = SETTLE_S
+    ) -> None:
         self.min_rows = min_rows
         self.recheck_s = recheck_s
         self.settle_s = settle_s

@@ -67,12 +67,16 @@ class LLMMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.tokens = Counter(
-            "engram_llm_tokens_total", "Tokens used by language-model calls",
-            ["purpose", "kind"], registry=registry,
+            "engram_llm_tokens_total",
+            "Tokens used by language-model calls",
+            ["purpose", "kind"],
+            registry=registry,
         )
         self.requests = Counter(
-            "engram_llm_requests_total", "Language-model requests by outcome",
-            ["purpose", "outcome"], registry=registry,
+            "engram_llm_requests_total",
+            "Language-model requests by outcome",
+            ["purpose", "outcome"],
+            registry=registry,
         )
 
 
@@ -140,9 +144,7 @@ class OpenAIChatModel:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def complete_json(
-        self, *, system: str, user: str, schema: type[M], purpose: str
-    ) -> M:
+    async def complete_json(self, *, system: str, user: str, schema: type[M], purpose: str) -> M:
         messages: list[dict[str, str]] = [
             {"role": "system", "content": system},
             {"role": "user", "content": user},
@@ -155,8 +157,9 @@ class OpenAIChatModel:
             except (ValidationError, ValueError) as exc:
                 last_error = _short_error(exc)
                 self._count(purpose, "invalid")
-                log.info("%s: invalid model output (attempt %d): %s", purpose, attempt + 1,
-                         last_error)
+                log.info(
+                    "%s: invalid model output (attempt %d): %s", purpose, attempt + 1, last_error
+                )
                 messages = [
                     *messages,
                     {"role": "assistant", "content": text[:4000]},
@@ -191,8 +194,9 @@ class OpenAIChatModel:
                 problem = f"HTTP {resp.status_code}: {resp.text[:300]}"
                 if resp.status_code != 429 and resp.status_code < 500:
                     self._count(purpose, "error")
-                    raise ProviderError(f"{purpose}: chat completions refused the request: "
-                                        f"{problem}")
+                    raise ProviderError(
+                        f"{purpose}: chat completions refused the request: {problem}"
+                    )
                 wait = _retry_after(resp)
             if attempt >= self._max_retries:
                 self._count(purpose, "unavailable")

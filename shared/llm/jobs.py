@@ -181,7 +181,9 @@ class LLMExtractor:
 
     async def same_fact(self, a: str, b: str) -> bool:
         answer = await self.model.complete_json(
-            system=SYSTEM, user=SAME_PROMPT.format(a=a, b=b), schema=Equivalence,
+            system=SYSTEM,
+            user=SAME_PROMPT.format(a=a, b=b),
+            schema=Equivalence,
             purpose="equivalence",
         )
         return answer.same
@@ -197,8 +199,10 @@ class LLMExtractor:
 
     async def rewrite_decision(self, text: str) -> str | None:
         answer = await self.model.complete_json(
-            system=SYSTEM, user=DECISION_PROMPT.format(description=text),
-            schema=DecisionRewrite, purpose="decision",
+            system=SYSTEM,
+            user=DECISION_PROMPT.format(description=text),
+            schema=DecisionRewrite,
+            purpose="decision",
         )
         return answer.decision.strip()
 

@@ -19,7 +19,8 @@ from datetime import datetime
 from shared.llm.schemas import Category, EpisodeSummary, FactCandidate
 from shared.llm.transcript import Line, Transcript
 
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a about above after again against all also am an and any are aren't as at be because been
 before being below between both but by can can't cannot could couldn't did didn't do does
 doesn't doing don't down during each few for from further get got had hadn't has hasn't have
@@ -36,14 +37,17 @@ thing things lot much many way time right actually maybe something anything ever
 still back make made say said tell told see saw look looks looking use used using sounds
 always never ever day days today yesterday tomorrow week year new also wow glad nice cool
 awesome amazing love loved fun pretty definitely totally kind sort feel feeling
-""".split())
+""".split()
+)
 
-RELATIONS = frozenset("""
+RELATIONS = frozenset(
+    """
 wife husband partner girlfriend boyfriend fiance fiancee spouse mother mom mum father dad
 son daughter brother sister sibling grandma grandmother grandpa grandfather aunt uncle cousin
 niece nephew friend colleague coworker co-worker boss manager teammate roommate neighbor
 neighbour mentor kid child baby dog cat
-""".split())
+""".split()
+)
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]+")
 _SENT = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -52,9 +56,22 @@ _HEDGE = re.compile(r"(?i)\b(maybe|might|i think|i guess|probably|not sure|kind 
 _CLAUSE_END = re.compile(r"[.;!?]|,\s|\s(?:but|because|since|although|though|so that)\s")
 _NAME = r"((?-i:[A-Z][a-z]+(?:\s[A-Z][a-z]+)?))"
 _REL = r"(" + "|".join(sorted(RELATIONS, key=len, reverse=True)) + r")"
-_VERB3 = {"am": "is", "'m": "is", "have": "has", "do": "does", "go": "goes", "was": "was",
-          "can": "can", "will": "will", "would": "would", "could": "could", "should": "should",
-          "'ve": "has", "'ll": "will", "'d": "would"}
+_VERB3 = {
+    "am": "is",
+    "'m": "is",
+    "have": "has",
+    "do": "does",
+    "go": "goes",
+    "was": "was",
+    "can": "can",
+    "will": "will",
+    "would": "would",
+    "could": "could",
+    "should": "should",
+    "'ve": "has",
+    "'ll": "will",
+    "'d": "would",
+}
 
 CONF_EXPLICIT = 0.75
 CONF_STATEMENT = 0.7
@@ -98,6 +115,7 @@ def _verb3(verb: str) -> str:
 def third_person(text: str, name: str) -> str:
     """Rewrite a first-person clause about the user in the third person ("I like X" →
     "Tim likes X")."""
+
     def subject_verb(m: re.Match[str]) -> str:
         return f"{name} {_verb3(m.group(1))}"
 
@@ -140,18 +158,26 @@ def summarize(transcript: Transcript) -> EpisodeSummary:
     """An extractive summary; fewer than 3 turns gives a minimal one."""
     lines = [ln for ln in transcript.lines if ln.kind == "message"]
     user = transcript.user_name or "The user"
-    freq = Counter(w for ln in transcript.lines for w in content_words(ln.text)
-                   if ln.kind == "message")
-    tools = list(dict.fromkeys(ln.tool_name for ln in transcript.lines
-                               if ln.kind == "tool_call" and ln.tool_name))
-    topics = list(dict.fromkeys([*(t.lower() for t in tools),
-                                 *(w for w, _ in freq.most_common(8))]))[:5]
+    freq = Counter(
+        w for ln in transcript.lines for w in content_words(ln.text) if ln.kind == "message"
+    )
+    tools = list(
+        dict.fromkeys(
+            ln.tool_name for ln in transcript.lines if ln.kind == "tool_call" and ln.tool_name
+        )
+    )
+    topics = list(
+        dict.fromkeys([*(t.lower() for t in tools), *(w for w, _ in freq.most_common(8))])
+    )[:5]
     title = _title(lines, tools)
     if transcript.turns < 3:
         said = " ".join(f"{ln.speaker}: {_clip_words(ln.text, 40)}" for ln in lines)
         return EpisodeSummary(
-            title=title, summary=said or "An empty conversation.", key_points=[],
-            outcome="informational", topics=topics[:3],
+            title=title,
+            summary=said or "An empty conversation.",
+            key_points=[],
+            outcome="informational",
+            topics=topics[:3],
         )
     scored: list[tuple[float, int, str, str]] = []
     seen: set[str] = set()
@@ -201,8 +227,11 @@ def _outcome(transcript: Transcript) -> str:
     msgs = [ln for ln in transcript.lines if ln.kind == "message"]
     if msgs and msgs[-1].role == "user" and msgs[-1].text.rstrip().endswith("?"):
         return "unresolved"
-    if any(ln.kind == "tool_result" for ln in transcript.lines) and msgs and \
-            msgs[-1].role == "assistant":
+    if (
+        any(ln.kind == "tool_result" for ln in transcript.lines)
+        and msgs
+        and msgs[-1].role == "assistant"
+    ):
         return "resolved"
     return "informational"
 
@@ -232,16 +261,34 @@ def extract_facts(transcript: Transcript) -> list[FactCandidate]:
     return out
 
 
-def _fact(subject: str, content: str, *, category: Category, confidence: float, source: str,
-          sentence: str, about: str = "user", tags: Sequence[str] = ()) -> FactCandidate:
+def _fact(
+    subject: str,
+    content: str,
+    *,
+    category: Category,
+    confidence: float,
+    source: str,
+    sentence: str,
+    about: str = "user",
+    tags: Sequence[str] = (),
+) -> FactCandidate:
     content = content.strip().rstrip(",;:")
     if not content.endswith("."):
         content += "."
-    return FactCandidate.model_validate({
-        "subject": subject, "about": about, "content": content[:1].upper() + content[1:],
-        "category": category, "confidence": confidence, "tags": list(tags), "source": source,
-        "source_context": sentence[:300], "stated_by": "user", "heuristic": True,
-    })
+    return FactCandidate.model_validate(
+        {
+            "subject": subject,
+            "about": about,
+            "content": content[:1].upper() + content[1:],
+            "category": category,
+            "confidence": confidence,
+            "tags": list(tags),
+            "source": source,
+            "source_context": sentence[:300],
+            "stated_by": "user",
+            "heuristic": True,
+        }
+    )
 
 
 def _facts_in(s: str, name: str) -> list[FactCandidate]:
@@ -252,41 +299,87 @@ def _facts_in(s: str, name: str) -> list[FactCandidate]:
     if m:
         body = _clause(m.group(1), 24)
         if len(content_words(body)) >= 2:
-            out.append(_fact(name, third_person(body, name), category="other",
-                             confidence=CONF_EXPLICIT, source="user_explicit", sentence=s))
+            out.append(
+                _fact(
+                    name,
+                    third_person(body, name),
+                    category="other",
+                    confidence=CONF_EXPLICIT,
+                    source="user_explicit",
+                    sentence=s,
+                )
+            )
             return out
 
     m = re.search(r"(?i)\b(?:call me|my name is|i go by)\s+" + _NAME, s)
     if m:
         called = m.group(1)
-        verb = "prefers to be called" if "call" in m.group(0).lower() or "go by" in \
-            m.group(0).lower() else "is named"
-        out.append(_fact(name, f"{name} {verb} {called}", category="preference",
-                         confidence=CONF_EXPLICIT, source="user_explicit", sentence=s,
-                         tags=["name"]))
+        verb = (
+            "prefers to be called"
+            if "call" in m.group(0).lower() or "go by" in m.group(0).lower()
+            else "is named"
+        )
+        out.append(
+            _fact(
+                name,
+                f"{name} {verb} {called}",
+                category="preference",
+                confidence=CONF_EXPLICIT,
+                source="user_explicit",
+                sentence=s,
+                tags=["name"],
+            )
+        )
         return out
 
     # "my wife Sarah ...", "my wife's name is Sarah", "my friend Sam loves climbing"
-    m = re.search(r"(?i)\bmy (?-i:(?:best |little |older |younger |big )?)" + _REL
-                  + r"(?:'s name is| is called| is named)\s+" + _NAME, s)
+    m = re.search(
+        r"(?i)\bmy (?-i:(?:best |little |older |younger |big )?)"
+        + _REL
+        + r"(?:'s name is| is called| is named)\s+"
+        + _NAME,
+        s,
+    )
     if m:
         rel, person = m.group(1).lower(), m.group(2)
-        out.append(_fact(f"my {rel} {person}", f"{name}'s {rel} is named {person}",
-                         category="person", confidence=CONF_EXPLICIT, source="user_explicit",
-                         sentence=s, about="person"))
+        out.append(
+            _fact(
+                f"my {rel} {person}",
+                f"{name}'s {rel} is named {person}",
+                category="person",
+                confidence=CONF_EXPLICIT,
+                source="user_explicit",
+                sentence=s,
+                about="person",
+            )
+        )
         return out
-    m = re.search(r"(?i)\bmy " + _REL + r"(?:,)?(?:\s+" + _NAME
-                  + r")?(?:,)?\s+(likes|loves|enjoys|hates|prefers|uses|lives|works|is|has|"
-                  r"wants|plays|studies|just|recently)\b\s*(.*)", s)
+    m = re.search(
+        r"(?i)\bmy "
+        + _REL
+        + r"(?:,)?(?:\s+"
+        + _NAME
+        + r")?(?:,)?\s+(likes|loves|enjoys|hates|prefers|uses|lives|works|is|has|"
+        r"wants|plays|studies|just|recently)\b\s*(.*)",
+        s,
+    )
     if m:
         rel, person, verb, rest = m.group(1).lower(), m.group(2), m.group(3), m.group(4)
         obj = _clause(rest)
         if len(content_words(obj)) >= 1:
             who = f"{person} ({name}'s {rel})" if person else f"{name}'s {rel}"
             subject = f"my {rel} {person}" if person else f"my {rel}"
-            out.append(_fact(subject, f"{who} {verb} {obj}", category="person",
-                             confidence=CONF_HEDGED if hedged else CONF_PATTERN,
-                             source="conversation", sentence=s, about="person"))
+            out.append(
+                _fact(
+                    subject,
+                    f"{who} {verb} {obj}",
+                    category="person",
+                    confidence=CONF_HEDGED if hedged else CONF_PATTERN,
+                    source="conversation",
+                    sentence=s,
+                    about="person",
+                )
+            )
             return out
 
     m = re.search(r"(?i)\bmy ((?:[\w-]+\s){0,3}?[\w-]+) (?:is|are) (.+)", s)
@@ -294,38 +387,68 @@ def _facts_in(s: str, name: str) -> list[FactCandidate]:
         thing, value = m.group(1), _clause(m.group(2))
         if value and len(words(value)) <= 12:
             fav = any(w in thing.lower() for w in ("favorite", "favourite", "preferred"))
-            out.append(_fact(name, f"{name}'s {thing} is {value}",
-                             category="preference" if fav else "other",
-                             confidence=CONF_HEDGED if hedged else CONF_STATEMENT,
-                             source="user_explicit", sentence=s))
+            out.append(
+                _fact(
+                    name,
+                    f"{name}'s {thing} is {value}",
+                    category="preference" if fav else "other",
+                    confidence=CONF_HEDGED if hedged else CONF_STATEMENT,
+                    source="user_explicit",
+                    sentence=s,
+                )
+            )
 
-    for m in re.finditer(r"(?i)\bI (?:really |also |totally |absolutely |kind of |do )?"
-                         r"(like|love|enjoy|prefer|hate|dislike|use|can't stand|don't like)"
-                         r"\s+(.+)", s):
+    for m in re.finditer(
+        r"(?i)\bI (?:really |also |totally |absolutely |kind of |do )?"
+        r"(like|love|enjoy|prefer|hate|dislike|use|can't stand|don't like)"
+        r"\s+(.+)",
+        s,
+    ):
         verb, obj = m.group(1).lower(), _clause(m.group(2))
         if len(content_words(obj)) < 1:
             continue
-        phrase = {"can't stand": "can't stand", "don't like": "doesn't like"}.get(verb,
-                                                                                 _verb3(verb))
-        out.append(_fact(name, f"{name} {phrase} {obj}", category=_category_for(verb, obj),
-                         confidence=CONF_HEDGED if hedged else CONF_PATTERN,
-                         source="conversation", sentence=s))
+        phrase = {"can't stand": "can't stand", "don't like": "doesn't like"}.get(
+            verb, _verb3(verb)
+        )
+        out.append(
+            _fact(
+                name,
+                f"{name} {phrase} {obj}",
+                category=_category_for(verb, obj),
+                confidence=CONF_HEDGED if hedged else CONF_PATTERN,
+                source="conversation",
+                sentence=s,
+            )
+        )
 
     m = re.search(r"(?i)\bI(?: am|'m) (?:a|an) (.+)", s)
     if m:
         obj = _clause(m.group(1), 8)
         if len(content_words(obj)) >= 1:
-            out.append(_fact(name, f"{name} is a {obj}", category="other",
-                             confidence=CONF_HEDGED if hedged else CONF_PATTERN,
-                             source="conversation", sentence=s))
+            out.append(
+                _fact(
+                    name,
+                    f"{name} is a {obj}",
+                    category="other",
+                    confidence=CONF_HEDGED if hedged else CONF_PATTERN,
+                    source="conversation",
+                    sentence=s,
+                )
+            )
     m = re.search(r"(?i)\bI (live|work|study) (in|at|for|as) (.+)", s)
     if m:
         obj = _clause(m.group(3), 8)
         if obj:
-            out.append(_fact(name, f"{name} {_verb3(m.group(1))} {m.group(2)} {obj}",
-                             category="other",
-                             confidence=CONF_HEDGED if hedged else CONF_PATTERN,
-                             source="conversation", sentence=s))
+            out.append(
+                _fact(
+                    name,
+                    f"{name} {_verb3(m.group(1))} {m.group(2)} {obj}",
+                    category="other",
+                    confidence=CONF_HEDGED if hedged else CONF_PATTERN,
+                    source="conversation",
+                    sentence=s,
+                )
+            )
     return out
 
 

@@ -53,7 +53,8 @@ class FactCandidate(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     subject: str = Field(
-        min_length=1, max_length=200,
+        min_length=1,
+        max_length=200,
         description="who or what the fact is about: 'user', a person's name or relation "
         "('Sarah', 'my wife'), or a thing ('Nous project')",
     )
@@ -88,8 +89,11 @@ class FactCandidate(BaseModel):
     def _known_category(cls, v: Any) -> Any:
         if isinstance(v, str):
             v = v.strip().lower()
-            return v if v in {"preference", "technical", "person", "tool", "concept",
-                              "rule"} else "other"
+            return (
+                v
+                if v in {"preference", "technical", "person", "tool", "concept", "rule"}
+                else "other"
+            )
         return v
 
     @field_validator("source", mode="before")
@@ -133,7 +137,8 @@ class DecisionRewrite(BaseModel):
     """Nous F010.3: a decision description rewritten as one factual sentence."""
 
     decision: str = Field(
-        min_length=3, max_length=200,
+        min_length=3,
+        max_length=200,
         description="one factual, present-tense sentence of at most 120 characters",
     )
 

@@ -55,7 +55,7 @@ class Transcript:
         if len(text) <= limit:
             return text
         cut = text[-limit:]
-        return "[...]\n" + cut[cut.find("\n") + 1:] if "\n" in cut else cut
+        return "[...]\n" + cut[cut.find("\n") + 1 :] if "\n" in cut else cut
 
 
 def cut_middle(text: str, limit: int) -> str:

@@ -12,13 +12,28 @@ from datetime import date, datetime, timedelta
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 _NUMBERS = {
-    "a": 1, "an": 1, "one": 1, "a couple of": 2, "couple of": 2, "two": 2, "three": 3,
-    "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
-    "a few": 3, "few": 3,
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "a couple of": 2,
+    "couple of": 2,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "a few": 3,
+    "few": 3,
 }
 _PREPOSITIONS = {"since", "until", "till", "from", "before", "after", "by", "on", "as of"}
-_NUM = (r"(\d{1,3}|a couple of|couple of|a few|few|an|a|one|two|three|four|five|six|seven"
-        r"|eight|nine|ten)")
+_NUM = (
+    r"(\d{1,3}|a couple of|couple of|a few|few|an|a|one|two|three|four|five|six|seven"
+    r"|eight|nine|ten)"
+)
 
 
 def fmt(d: date) -> str:
@@ -67,8 +82,7 @@ def resolve_relative_dates(text: str, ref: datetime | date) -> str:
         (r"the day before yesterday", lambda m: (today - timedelta(days=2), "day")),
         (r"the day after tomorrow", lambda m: (today + timedelta(days=2), "day")),
         (r"yesterday", lambda m: (today - timedelta(days=1), "day")),
-        (r"today|tonight|this morning|this afternoon|this evening",
-         lambda m: (today, "day")),
+        (r"today|tonight|this morning|this afternoon|this evening", lambda m: (today, "day")),
         (r"tomorrow", lambda m: (today + timedelta(days=1), "day")),
         (r"last week", lambda m: (today - timedelta(weeks=1), "week")),
         (r"next week", lambda m: (today + timedelta(weeks=1), "week")),
@@ -79,15 +93,22 @@ def resolve_relative_dates(text: str, ref: datetime | date) -> str:
         (r"last year", lambda m: (date(today.year - 1, 1, 1), "year")),
         (r"next year", lambda m: (date(today.year + 1, 1, 1), "year")),
         (r"this year", lambda m: (today, "year")),
-        (_NUM + r" (days?|weeks?|months?|years?) ago",
-         lambda m: _shift(today, -_count(m.group(1)), m.group(2))),
-        (r"in " + _NUM + r" (days?|weeks?|months?|years?)",
-         lambda m: _shift(today, _count(m.group(1)), m.group(2))),
+        (
+            _NUM + r" (days?|weeks?|months?|years?) ago",
+            lambda m: _shift(today, -_count(m.group(1)), m.group(2)),
+        ),
+        (
+            r"in " + _NUM + r" (days?|weeks?|months?|years?)",
+            lambda m: _shift(today, _count(m.group(1)), m.group(2)),
+        ),
         (r"(last|next|this|coming) (" + "|".join(_WEEKDAYS) + ")", _weekday(today)),
     ]
     pattern = re.compile(
-        r"(?i)\b(?:(" + "|".join(sorted(_PREPOSITIONS, key=len, reverse=True)) + r")\s+)?("
-        + "|".join(f"(?:{r})" for r, _ in rules) + r")\b"
+        r"(?i)\b(?:("
+        + "|".join(sorted(_PREPOSITIONS, key=len, reverse=True))
+        + r")\s+)?("
+        + "|".join(f"(?:{r})" for r, _ in rules)
+        + r")\b"
     )
     compiled = [(re.compile(r"(?i)^(?:" + r + r")$"), f) for r, f in rules]
 
@@ -100,8 +121,9 @@ def resolve_relative_dates(text: str, ref: datetime | date) -> str:
                 phrase = _phrase(d, grain)
                 if prep:
                     return f"{prep} {phrase}"
-                return ("on " if grain == "day" else "in " if grain in ("month", "year")
-                        else "during ") + phrase
+                return (
+                    "on " if grain == "day" else "in " if grain in ("month", "year") else "during "
+                ) + phrase
         return m.group(0)
 
     return pattern.sub(replace, text)

@@ -52,7 +52,8 @@ class DecisionMetrics:
         self.warnings = Counter(
             "engram_decision_warnings_total",
             "Decision descriptions that broke a rule (too long, response blob...)",
-            ["reason"], registry=registry,
+            ["reason"],
+            registry=registry,
         )
 
 
@@ -93,10 +94,12 @@ def blob_findings(text: str) -> list[str]:
 def _reason_label(finding: str) -> str:
     if finding.startswith("starts with '"):
         return "blob_prefix"
-    return {"contains a markdown header": "markdown_header",
-            "contains a markdown table or code block": "markdown_block",
-            "starts with an emoji": "leading_emoji",
-            "spans several lines": "multiline"}.get(finding, "other")
+    return {
+        "contains a markdown header": "markdown_header",
+        "contains a markdown table or code block": "markdown_block",
+        "starts with an emoji": "leading_emoji",
+        "spans several lines": "multiline",
+    }.get(finding, "other")
 
 
 def validate_decision(text: str) -> tuple[str, list[str]]:
@@ -162,12 +165,15 @@ async def record_decision(
             try:
                 new = await rewrite(text)
             except InvalidModelOutput as exc:
-                raise InvalidRequest(f"the description could not be rewritten ({exc}). "
-                                     + GUIDANCE) from exc
+                raise InvalidRequest(
+                    f"the description could not be rewritten ({exc}). " + GUIDANCE
+                ) from exc
         if new is None and findings:
             raise InvalidRequest(
                 "the decision description looks like a response, not a decision ("
-                + "; ".join(findings) + "). " + GUIDANCE
+                + "; ".join(findings)
+                + "). "
+                + GUIDANCE
             )
         if new is not None:
             new_text, new_findings = validate_decision(new)
@@ -186,17 +192,35 @@ async def record_decision(
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
         memory_id = await conn.fetchval(
-            INSERT_DECISION, user_id, text, data, list(tags),
+            INSERT_DECISION,
+            user_id,
+            text,
+            data,
+            list(tags),
             redact(original) if original else None,
-            episode_id, provider if scope == "chat" else None,
-            chat_id if scope == "chat" else None, scope,
+            episode_id,
+            provider if scope == "chat" else None,
+            chat_id if scope == "chat" else None,
+            scope,
         )
-        await audit(conn, user_id=user_id, action="create", entity="memory_item",
-                    entity_id=str(memory_id), details={"type": "decision",
-                                                       "rewritten": original is not None})
+        await audit(
+            conn,
+            user_id=user_id,
+            action="create",
+            entity="memory_item",
+            entity_id=str(memory_id),
+            details={"type": "decision", "rewritten": original is not None},
+        )
     if publisher is not None:
-        await publisher.publish("embed", [EmbedRequested(
-            user_id=user_id, targets=[EmbedTarget(kind="memory", id=str(memory_id))])])
-        await publisher.publish("memories", [MemoryChanged(
-            memory_id=memory_id, user_id=user_id, change="added")])
+        await publisher.publish(
+            "embed",
+            [
+                EmbedRequested(
+                    user_id=user_id, targets=[EmbedTarget(kind="memory", id=str(memory_id))]
+                )
+            ],
+        )
+        await publisher.publish(
+            "memories", [MemoryChanged(memory_id=memory_id, user_id=user_id, change="added")]
+        )
     return RecordedDecision(memory_id, text, original is not None, original, warnings)

@@ -97,10 +97,16 @@ class EpisodeHit:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "episode_id": str(self.episode_id), "user_id": self.user_id,
-            "display_name": self.display_name, "line": self.line, "title": self.title,
-            "summary": self.summary, "key_points": self.key_points, "topics": self.topics,
-            "outcome": self.outcome, "started_at": self.started_at.isoformat(),
+            "episode_id": str(self.episode_id),
+            "user_id": self.user_id,
+            "display_name": self.display_name,
+            "line": self.line,
+            "title": self.title,
+            "summary": self.summary,
+            "key_points": self.key_points,
+            "topics": self.topics,
+            "outcome": self.outcome,
+            "started_at": self.started_at.isoformat(),
             "score": round(self.score, 4),
         }
 
@@ -128,19 +134,37 @@ async def recall_episodes(
     q = or_query(query) if query.strip() not in ("", "*") else ""
     vec = list(query_vector) if query_vector is not None else None
     if not q and vec is None:
-        rows = await pool.fetch(RECENT, users, user_filter, current_user_id, OTHER_USER_FACTOR,
-                                limit)
+        rows = await pool.fetch(
+            RECENT, users, user_filter, current_user_id, OTHER_USER_FACTOR, limit
+        )
     else:
-        rows = await pool.fetch(RECALL, users, user_filter, q, vec, current_user_id,
-                                OTHER_USER_FACTOR, SEMANTIC_WEIGHT, TEXT_WEIGHT, limit)
+        rows = await pool.fetch(
+            RECALL,
+            users,
+            user_filter,
+            q,
+            vec,
+            current_user_id,
+            OTHER_USER_FACTOR,
+            SEMANTIC_WEIGHT,
+            TEXT_WEIGHT,
+            limit,
+        )
     hits = []
     for r in rows:
         s = r["summary"] or {}
-        hits.append(EpisodeHit(
-            episode_id=r["id"], user_id=r["user_id"], display_name=r["display_name"],
-            title=s.get("title", ""), summary=s.get("summary", ""),
-            key_points=list(s.get("key_points", [])), topics=list(s.get("topics", [])),
-            outcome=s.get("outcome", "informational"), started_at=r["started_at"],
-            score=float(r["score"] or 0.0),
-        ))
+        hits.append(
+            EpisodeHit(
+                episode_id=r["id"],
+                user_id=r["user_id"],
+                display_name=r["display_name"],
+                title=s.get("title", ""),
+                summary=s.get("summary", ""),
+                key_points=list(s.get("key_points", [])),
+                topics=list(s.get("topics", [])),
+                outcome=s.get("outcome", "informational"),
+                started_at=r["started_at"],
+                score=float(r["score"] or 0.0),
+            )
+        )
     return hits

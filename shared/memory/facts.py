@@ -209,20 +209,29 @@ async def plan_facts(
     planned: list[Fact] = []
     async with pool.acquire() as conn:
         for fact in kept:
-            same = await conn.fetchval(SAME_TEXT, user_id, list(FACT_TYPES), fact.content,
-                                       fact.subjects)
+            same = await conn.fetchval(
+                SAME_TEXT, user_id, list(FACT_TYPES), fact.content, fact.subjects
+            )
             if same is not None:
                 plan.confirm.append((same, fact))
                 continue
-            if any(p.content.lower() == fact.content.lower() and p.subjects == fact.subjects
-                   or (p.vector and fact.vector and p.subjects == fact.subjects
-                       and _cosine(p.vector, fact.vector) > CONFIRM_SIMILARITY)
-                   for p in planned):
+            if any(
+                p.content.lower() == fact.content.lower()
+                and p.subjects == fact.subjects
+                or (
+                    p.vector
+                    and fact.vector
+                    and p.subjects == fact.subjects
+                    and _cosine(p.vector, fact.vector) > CONFIRM_SIMILARITY
+                )
+                for p in planned
+            ):
                 plan.dropped.append("repeats another fact of this episode")
                 continue
             if fact.vector is not None:
-                rows = await conn.fetch(NEAREST, user_id, fact.vector, list(FACT_TYPES),
-                                        fact.subjects)
+                rows = await conn.fetch(
+                    NEAREST, user_id, fact.vector, list(FACT_TYPES), fact.subjects
+                )
                 best = rows[0] if rows else None
                 if best is not None and best["similarity"] > CONFIRM_SIMILARITY:
                     plan.confirm.append((best["id"], fact))
@@ -257,8 +266,9 @@ async def apply_plan(
     if episode_id is not None:
         stored_before = int(await conn.fetchval(EPISODE_FACTS, user_id, episode_id) or 0)
     for fact in plan.store:
-        same = await conn.fetchval(SAME_TEXT, user_id, list(FACT_TYPES), fact.content,
-                                   fact.subjects)
+        same = await conn.fetchval(
+            SAME_TEXT, user_id, list(FACT_TYPES), fact.content, fact.subjects
+        )
         if same is not None:
             plan.confirm.append((same, fact))
             continue
@@ -267,24 +277,44 @@ async def apply_plan(
             continue
         c = fact.candidate
         data = {
-            "extractor": extractor_name, "heuristic": heuristic or c.heuristic,
-            "subject": c.subject, "about": c.about, "stated_by": c.stated_by,
+            "extractor": extractor_name,
+            "heuristic": heuristic or c.heuristic,
+            "subject": c.subject,
+            "about": c.about,
+            "stated_by": c.stated_by,
         }
         inline = fact.vector is not None and fact.embedded_by is not None
         by = fact.embedded_by if inline else None
         memory_id = await conn.fetchval(
-            INSERT_FACT, user_id, fact.type, c.category, fact.content, data, c.tags,
-            fact.subjects, c.source, fact.source_context, episode_id, fact.confidence,
-            fact.vector if inline else None, by[0] if by else None, by[1] if by else None,
+            INSERT_FACT,
+            user_id,
+            fact.type,
+            c.category,
+            fact.content,
+            data,
+            c.tags,
+            fact.subjects,
+            c.source,
+            fact.source_context,
+            episode_id,
+            fact.confidence,
+            fact.vector if inline else None,
+            by[0] if by else None,
+            by[1] if by else None,
             by[2] if by else None,
         )
         result.stored.append(memory_id)
         if not inline:
             result.pending.append(memory_id)
-        await audit(conn, user_id=user_id, action="create", entity="memory_item",
-                    entity_id=str(memory_id), actor="extractor",
-                    details={"episode_id": str(episode_id) if episode_id else None,
-                             "source": c.source})
+        await audit(
+            conn,
+            user_id=user_id,
+            action="create",
+            entity="memory_item",
+            entity_id=str(memory_id),
+            actor="extractor",
+            details={"episode_id": str(episode_id) if episode_id else None, "source": c.source},
+        )
         if inline:
             # Ash's rule, the same check the query service runs when a vector arrives.
             result.superseded += await check_supersession(conn, memory_id, actor="extractor")
@@ -294,10 +324,22 @@ async def apply_plan(
     for fact, reason in reviews:
         c = fact.candidate
         await conn.execute(
-            INSERT_REVIEW, user_id, episode_id, c.subject, fact.content, c.category,
-            fact.confidence, c.source, fact.source_context, reason,
-            {"about": c.about, "stated_by": c.stated_by, "tags": c.tags,
-             "heuristic": heuristic or c.heuristic},
+            INSERT_REVIEW,
+            user_id,
+            episode_id,
+            c.subject,
+            fact.content,
+            c.category,
+            fact.confidence,
+            c.source,
+            fact.source_context,
+            reason,
+            {
+                "about": c.about,
+                "stated_by": c.stated_by,
+                "tags": c.tags,
+                "heuristic": heuristic or c.heuristic,
+            },
         )
     result.reviewed = len(reviews)
     return result

@@ -142,9 +142,7 @@ def check_reference(reference: str) -> PersonRef:
     return ref
 
 
-async def _lookup(
-    conn: Executor, user_id: str, ref: PersonRef
-) -> Person | None:
+async def _lookup(conn: Executor, user_id: str, ref: PersonRef) -> Person | None:
     if ref.name:
         row = await conn.fetchrow(BY_NAME, user_id, ref.name)
         if row is not None:
@@ -164,9 +162,7 @@ async def _lookup(
     return None
 
 
-async def find_person(
-    conn: Executor, user_id: str, reference: str
-) -> Person | None:
+async def find_person(conn: Executor, user_id: str, reference: str) -> Person | None:
     """The person ``reference`` names for this user, or None. Never creates anyone."""
     ref = _parse(reference)
     if not ref.text:
@@ -227,9 +223,15 @@ async def resolve_person(
             row = await conn.fetchrow(INSERT, user_id, name, relation, aliases)
             assert row is not None
             created = _person(row)
-            await audit(conn, user_id=user_id, actor=actor, action="create", entity="person",
-                        entity_id=str(created.id),
-                        details={"name": name, "relation": relation, "reference": ref.text})
+            await audit(
+                conn,
+                user_id=user_id,
+                actor=actor,
+                action="create",
+                entity="person",
+                entity_id=str(created.id),
+                details={"name": name, "relation": relation, "reference": ref.text},
+            )
             return Resolution(person=created, created=True, reference=ref.text)
         changes: list[str] = []
         new_name, new_relation = person.name, person.relation
@@ -246,8 +248,15 @@ async def resolve_person(
             return Resolution(person=person, created=False, reference=ref.text)
         row = await conn.fetchrow(UPDATE, user_id, person.id, new_name, new_relation, aliases)
         assert row is not None
-        await audit(conn, user_id=user_id, actor=actor, action="update", entity="person",
-                    entity_id=str(person.id), details={"changed": changes, "reference": ref.text})
+        await audit(
+            conn,
+            user_id=user_id,
+            actor=actor,
+            action="update",
+            entity="person",
+            entity_id=str(person.id),
+            details={"changed": changes, "reference": ref.text},
+        )
         return Resolution(person=_person(row), created=False, reference=ref.text, changes=changes)
 
 
@@ -299,8 +308,9 @@ async def resolve_or_create_person(
     conn: Conn, user_id: str, reference: str, content_hint: str | None = None
 ) -> PersonResolution:
     """:func:`resolve_person` in the extractor's shape (actor ``extractor``)."""
-    res = await resolve_person(conn, user_id, reference, content_hint=content_hint,
-                               actor="extractor")
+    res = await resolve_person(
+        conn, user_id, reference, content_hint=content_hint, actor="extractor"
+    )
     return PersonResolution(res.person.id, res.created, res.person.name or res.person.label)
 
 

@@ -42,9 +42,7 @@ class QueryVector:
         return "hybrid" if self.vector is not None else "full_text"
 
 
-async def embed_query(
-    embedder: ModelEmbedder | None, text: str, *, dim: int
-) -> QueryVector:
+async def embed_query(embedder: ModelEmbedder | None, text: str, *, dim: int) -> QueryVector:
     """Embed one query; a provider failure becomes a warning, never an error."""
     if embedder is None or not text.strip():
         return QueryVector(None, None, None)
@@ -53,9 +51,11 @@ async def embed_query(
         return QueryVector(fit(vector, dim), embedder.model, None)
     except InfrastructureError as exc:
         log.warning("embedding provider unavailable, using full-text search: %s", exc)
-        return QueryVector(None, None,
-                           f"embedding provider unavailable ({exc}); results from full-text "
-                           "search only")
+        return QueryVector(
+            None,
+            None,
+            f"embedding provider unavailable ({exc}); results from full-text search only",
+        )
 
 
 @dataclass(frozen=True)
@@ -69,21 +69,22 @@ class Recalled:
     def public(self) -> dict[str, Any]:
         return {
             "results": [hit_json(h, self.people) for h in self.hits],
-            "about": None if self.about is None else {
+            "about": None
+            if self.about is None
+            else {
                 "reference": self.about,
                 "resolved": self.person is not None,
                 "person": self.person.public() if self.person else None,
-                "note": None if self.person else
-                f"no known person matches {self.about!r}; results are not filtered",
+                "note": None
+                if self.person
+                else f"no known person matches {self.about!r}; results are not filtered",
             },
             "retrieval": self.query.retrieval,
             "warning": self.query.warning,
         }
 
 
-async def subject_people(
-    conn: Executor, hits: list[MemoryHit]
-) -> dict[uuid.UUID, Person]:
+async def subject_people(conn: Executor, hits: list[MemoryHit]) -> dict[uuid.UUID, Person]:
     """The people the hits are about, read in each memory owner's own people."""
     wanted: dict[str, set[uuid.UUID]] = defaultdict(set)
     for h in hits:
@@ -115,9 +116,21 @@ async def recall(
     person = await find_person(pool, user_id, about) if about and about.strip() else None
     member = await is_member(pool, user_id, chat) if chat else False
     hits = await search_memories(
-        pool, user_id, query=query, vector=qv.vector, model=qv.model, chat=chat,
-        member=member, subject=person.id if person else None,
-        include_superseded=include_superseded, limit=limit,
+        pool,
+        user_id,
+        query=query,
+        vector=qv.vector,
+        model=qv.model,
+        chat=chat,
+        member=member,
+        subject=person.id if person else None,
+        include_superseded=include_superseded,
+        limit=limit,
     )
-    return Recalled(hits=hits, people=await subject_people(pool, hits),
-                    about=about if about and about.strip() else None, person=person, query=qv)
+    return Recalled(
+        hits=hits,
+        people=await subject_people(pool, hits),
+        about=about if about and about.strip() else None,
+        person=person,
+        query=qv,
+    )

@@ -49,11 +49,11 @@ class PersonRef:
 
 
 def clean(text: str) -> str:
-    return _SPACES.sub(" ", text).strip().strip(".,;:!?\"“”()[]")
+    return _SPACES.sub(" ", text).strip().strip('.,;:!?"“”()[]')
 
 
 def _is_relation_phrase(words: list[str]) -> bool:
-    """"wife", "best friend", "older brother" — modifiers then a known relation word."""
+    """ "wife", "best friend", "older brother" — modifiers then a known relation word."""
     if not words:
         return False
     *mods, last = (w.lower() for w in words)
@@ -80,28 +80,31 @@ def parse_reference(reference: str) -> PersonRef:
     if m and not m.group("name").lower().startswith("my "):
         rel = _after_my(text, m.group("rel"))
         if rel.name is None:
-            return PersonRef(text=text, name=_as_name(clean(m.group("name"))),
-                             relation=rel.relation)
+            return PersonRef(
+                text=text, name=_as_name(clean(m.group("name"))), relation=rel.relation
+            )
     if _is_relation_phrase(lower.split()):
         return PersonRef(text=text, name=None, relation=lower)
     return PersonRef(text=text, name=_as_name(text), relation=None)
 
 
 def _after_my(text: str, rest: str) -> PersonRef:
-    """"wife" / "wife Sarah" / "best friend Tom" / "wife sarah" after a leading "my"."""
+    """ "wife" / "wife Sarah" / "best friend Tom" / "wife sarah" after a leading "my"."""
     words = _POSSESSIVE.sub("", rest).split()
     if not words:
         return PersonRef(text=text, name=None, relation=None)
     # Lowercase words are the relation, the first capitalised word starts the name.
     for i, w in enumerate(words):
         if i > 0 and w[:1].isupper():
-            return PersonRef(text=text, name=" ".join(words[i:]),
-                             relation=" ".join(words[:i]).lower())
+            return PersonRef(
+                text=text, name=" ".join(words[i:]), relation=" ".join(words[:i]).lower()
+            )
     # All lowercase: "wife sarah" — the longest known relation prefix, the rest a name.
     for i in range(len(words) - 1, 0, -1):
         if _is_relation_phrase(words[:i]):
-            return PersonRef(text=text, name=_as_name(" ".join(words[i:])),
-                             relation=" ".join(words[:i]).lower())
+            return PersonRef(
+                text=text, name=_as_name(" ".join(words[i:])), relation=" ".join(words[:i]).lower()
+            )
     return PersonRef(text=text, name=None, relation=" ".join(words).lower())
 
 
@@ -131,7 +134,8 @@ def relation_from_hint(name: str, hint: str | None) -> str | None:
     if not hint:
         return None
     m = re.search(
-        rf"\b{re.escape(name)},?\s+(?:is\s+)?my\s+(?P<r>[a-z-]+(?:\s+[a-z-]+)?)", hint,
+        rf"\b{re.escape(name)},?\s+(?:is\s+)?my\s+(?P<r>[a-z-]+(?:\s+[a-z-]+)?)",
+        hint,
     )
     if not m:
         return None

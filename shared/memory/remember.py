@@ -30,8 +30,17 @@ MAX_CONTENT = 10_000
 MAX_FACTS = 100
 MAX_SUBJECTS = 20
 MAX_DAYS = 36_500
-TYPES = ("preference", "fact", "instruction", "summary", "procedure", "episode",
-         "decision", "workflow", "other")
+TYPES = (
+    "preference",
+    "fact",
+    "instruction",
+    "summary",
+    "procedure",
+    "episode",
+    "decision",
+    "workflow",
+    "other",
+)
 
 INSERT = """
 INSERT INTO memory_items (
@@ -148,34 +157,57 @@ async def remember(
         raise InvalidRequest(f"at most {MAX_FACTS} facts per call")
     for fact in facts:
         check_fact(fact, chat)
-    vectors, warning = await embed_or_none(embedder, [f.content for f in facts],
-                                           dim=embedding_dim)
+    vectors, warning = await embed_or_none(embedder, [f.content for f in facts], dim=embedding_dim)
     stored: list[Stored] = []
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(ENSURE_USER, user_id)
         for i, fact in enumerate(facts):
-            people = await resolve_people(conn, user_id, fact.subjects,
-                                          content_hint=fact.content, actor=actor)
+            people = await resolve_people(
+                conn, user_id, fact.subjects, content_hint=fact.content, actor=actor
+            )
             vec = vectors[i] if vectors is not None else None
             row = await conn.fetchrow(
-                INSERT, user_id, "chat" if fact.shared else "personal",
+                INSERT,
+                user_id,
+                "chat" if fact.shared else "personal",
                 chat.provider if fact.shared and chat else None,
                 chat.chat_id if fact.shared and chat else None,
-                fact.theme, fact.type, fact.content.strip(), [p.person.id for p in people],
-                source, fact.source_context, fact.confidence, fact.expires_in_days, vec,
+                fact.theme,
+                fact.type,
+                fact.content.strip(),
+                [p.person.id for p in people],
+                source,
+                fact.source_context,
+                fact.confidence,
+                fact.expires_in_days,
+                vec,
                 embedder.provider if vec is not None and embedder else None,
                 embedder.model if vec is not None and embedder else None,
                 len(vec) if vec is not None else None,
             )
             assert row is not None
-            memory = Stored(id=row["id"], content=fact.content.strip(),
-                            scope="chat" if fact.shared else "personal", subjects=people,
-                            created_at=row["created_at"], expires_at=row["expires_at"],
-                            embedding_state=row["embedding_state"])
-            await audit(conn, user_id=user_id, actor=actor, action="create", entity="memory",
-                        entity_id=str(memory.id),
-                        details={"scope": memory.scope, "source": source,
-                                 "subjects": [str(p.person.id) for p in people]})
+            memory = Stored(
+                id=row["id"],
+                content=fact.content.strip(),
+                scope="chat" if fact.shared else "personal",
+                subjects=people,
+                created_at=row["created_at"],
+                expires_at=row["expires_at"],
+                embedding_state=row["embedding_state"],
+            )
+            await audit(
+                conn,
+                user_id=user_id,
+                actor=actor,
+                action="create",
+                entity="memory",
+                entity_id=str(memory.id),
+                details={
+                    "scope": memory.scope,
+                    "source": source,
+                    "subjects": [str(p.person.id) for p in people],
+                },
+            )
             if vec is not None:
                 memory.superseded = await check_supersession(conn, memory.id, actor=actor)
             stored.append(memory)

@@ -221,10 +221,17 @@ async def search_memories(
         indexed = vector is not None and await vector_index.uses_index(c, user_id, "memory")
         rows = await c.fetch(
             _sql(SEARCH_MEMORIES, len(vector) if vector is not None else 1, indexed),
-            user_id, vector,
+            user_id,
+            vector,
             query,
-            chat.provider if chat else None, chat.chat_id if chat else None, member,
-            subject, include_superseded, limit, model, types,
+            chat.provider if chat else None,
+            chat.chat_id if chat else None,
+            member,
+            subject,
+            include_superseded,
+            limit,
+            model,
+            types,
         )
     return [_memory(r) for r in rows]
 
@@ -232,12 +239,21 @@ async def search_memories(
 def _memory(r: asyncpg.Record) -> MemoryHit:
     sim = r["similarity"]
     return MemoryHit(
-        id=r["id"], owner=r["user_id"], scope=r["scope"], theme=r["theme"], type=r["type"],
-        content=r["content"], data=dict(r["data"] or {}), subjects=list(r["subjects"] or []),
+        id=r["id"],
+        owner=r["user_id"],
+        scope=r["scope"],
+        theme=r["theme"],
+        type=r["type"],
+        content=r["content"],
+        data=dict(r["data"] or {}),
+        subjects=list(r["subjects"] or []),
         source=r["source"],
-        created_at=r["created_at"], expires_at=r["expires_at"],
-        superseded_at=r["superseded_at"], superseded_by=r["superseded_by"],
-        similarity=float(sim) if sim is not None else None, score=float(r["score"]),
+        created_at=r["created_at"],
+        expires_at=r["expires_at"],
+        superseded_at=r["superseded_at"],
+        superseded_by=r["superseded_by"],
+        similarity=float(sim) if sim is not None else None,
+        score=float(r["score"]),
     )
 
 
@@ -256,14 +272,27 @@ async def search_messages(
     if vector is not None:
         async with _iterative(conn) as c:
             indexed = await vector_index.uses_index(c, user_id, "message")
-            rows = await c.fetch(_sql(SEARCH_MESSAGES_SEMANTIC, len(vector), indexed),
-                                 user_id, vector, message, limit, model, threshold)
+            rows = await c.fetch(
+                _sql(SEARCH_MESSAGES_SEMANTIC, len(vector), indexed),
+                user_id,
+                vector,
+                message,
+                limit,
+                model,
+                threshold,
+            )
     else:
         rows = await conn.fetch(SEARCH_MESSAGES_TEXT, user_id, message, message, limit)
     return [
-        MessageHit(id=r["id"], role=r["role"], content=r["content"], provider=r["provider"],
-                   chat_id=r["chat_id"], occurred_at=r["occurred_at"],
-                   similarity=float(r["similarity"]) if r["similarity"] is not None else None)
+        MessageHit(
+            id=r["id"],
+            role=r["role"],
+            content=r["content"],
+            provider=r["provider"],
+            chat_id=r["chat_id"],
+            occurred_at=r["occurred_at"],
+            similarity=float(r["similarity"]) if r["similarity"] is not None else None,
+        )
         for r in rows
     ]
 
@@ -273,14 +302,25 @@ def hit_json(hit: MemoryHit, names: dict[uuid.UUID, Any]) -> dict[str, Any]:
     subjects = []
     for sid in hit.subjects:
         p = names.get(sid)
-        subjects.append({"id": str(sid), "name": getattr(p, "name", None),
-                         "relation": getattr(p, "relation", None)})
+        subjects.append(
+            {
+                "id": str(sid),
+                "name": getattr(p, "name", None),
+                "relation": getattr(p, "relation", None),
+            }
+        )
     return {
-        "id": str(hit.id), "content": hit.content, "scope": hit.scope, "type": hit.type,
-        "theme": hit.theme, "source": hit.source, "subjects": subjects,
+        "id": str(hit.id),
+        "content": hit.content,
+        "scope": hit.scope,
+        "type": hit.type,
+        "theme": hit.theme,
+        "source": hit.source,
+        "subjects": subjects,
         "created_at": hit.created_at.isoformat(),
         "expires_at": hit.expires_at.isoformat() if hit.expires_at else None,
         "superseded_at": hit.superseded_at.isoformat() if hit.superseded_at else None,
         "superseded_by": str(hit.superseded_by) if hit.superseded_by else None,
-        "similarity": hit.similarity, "score": round(hit.score, 6),
+        "similarity": hit.similarity,
+        "score": round(hit.score, 6),
     }

@@ -19,20 +19,29 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
     ("JWT", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{4,}")),
     ("bearer token", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{12,}")),
-    ("password", re.compile(
-        r"(?i)\b(?:pass(?:word|wd|code|phrase)?|pwd|pin(?:\s+code)?)\b"
-        r"(?:\s+(?:for|to|of|on)\s+[\w .@'-]{1,40}?)?\s*(?:is|was|=|:)\s*[\"'`]?\S+"
-    )),
-    ("credential", re.compile(
-        r"(?i)\b(?:api[\s_-]?key|access[\s_-]?key|access[\s_-]?token|auth[\s_-]?token|"
-        r"secret(?:[\s_-]?key)?|client[\s_-]?secret|token|PAT)\b"
-        r"(?:\s+(?:for|to|of|on)\s+[\w .@'-]{1,40}?)?\s*(?:is|was|=|:)\s*"
-        r"[\"'`]?[A-Za-z0-9_./+=-]{8,}"
-    )),
+    (
+        "password",
+        re.compile(
+            r"(?i)\b(?:pass(?:word|wd|code|phrase)?|pwd|pin(?:\s+code)?)\b"
+            r"(?:\s+(?:for|to|of|on)\s+[\w .@'-]{1,40}?)?\s*(?:is|was|=|:)\s*[\"'`]?\S+"
+        ),
+    ),
+    (
+        "credential",
+        re.compile(
+            r"(?i)\b(?:api[\s_-]?key|access[\s_-]?key|access[\s_-]?token|auth[\s_-]?token|"
+            r"secret(?:[\s_-]?key)?|client[\s_-]?secret|token|PAT)\b"
+            r"(?:\s+(?:for|to|of|on)\s+[\w .@'-]{1,40}?)?\s*(?:is|was|=|:)\s*"
+            r"[\"'`]?[A-Za-z0-9_./+=-]{8,}"
+        ),
+    ),
     ("social security number", re.compile(r"\b\d{3}-\d{2}-\d{4}\b")),
-    ("random-looking string", re.compile(
-        r"\b(?=[A-Za-z0-9_+/=-]*\d)(?=[A-Za-z0-9_+/=-]*[A-Za-z])[A-Za-z0-9_+/=-]{32,}\b"
-    )),
+    (
+        "random-looking string",
+        re.compile(
+            r"\b(?=[A-Za-z0-9_+/=-]*\d)(?=[A-Za-z0-9_+/=-]*[A-Za-z])[A-Za-z0-9_+/=-]{32,}\b"
+        ),
+    ),
 ]
 _CARD = re.compile(r"\b(?:\d[ -]?){12,18}\d\b")
 
@@ -71,5 +80,5 @@ def redact(text: str) -> str:
     for _, pattern in _PATTERNS:
         text = pattern.sub(REDACTED, text)
     for m in reversed(_cards(text)):
-        text = text[: m.start()] + REDACTED + text[m.end():]
+        text = text[: m.start()] + REDACTED + text[m.end() :]
     return text

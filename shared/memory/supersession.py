@@ -59,7 +59,10 @@ LOCK = "SELECT pg_advisory_xact_lock(hashtext('engram.supersede:' || $1))"
 
 
 async def check_supersession(
-    conn: Conn, memory_id: uuid.UUID, *, threshold: float = THRESHOLD,
+    conn: Conn,
+    memory_id: uuid.UUID,
+    *,
+    threshold: float = THRESHOLD,
     actor: str = "system",
 ) -> list[uuid.UUID]:
     """Mark the memories that ``memory_id`` conflicts with; return the ids marked superseded.
@@ -97,8 +100,13 @@ async def check_supersession(
             winner, sims = memory_id, {r["id"]: float(r["similarity"]) for r in conflicts}
         ids = [r["id"] for r in marked]
         for old in ids:
-            await audit(conn, user_id=user_id, actor=actor, action="supersede",
-                        entity="memory", entity_id=str(old),
-                        details={"superseded_by": str(winner),
-                                 "similarity": round(sims.get(old, 0.0), 4)})
+            await audit(
+                conn,
+                user_id=user_id,
+                actor=actor,
+                action="supersede",
+                entity="memory",
+                entity_id=str(old),
+                details={"superseded_by": str(winner), "similarity": round(sims.get(old, 0.0), 4)},
+            )
         return ids

@@ -22,8 +22,13 @@ from tests.support import ROOT, start_service, wait_healthy
 CHROMIUM = Path("/usr/bin/chromium")
 # The network is closed here: without these Chromium keeps dialling Google services.
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 SCREENSHOTS = ROOT / "test-output" / "screenshots"
 SECRET_KEY = "browser-tests-secret"
@@ -40,13 +45,19 @@ class UiServer:
 async def ui_server(infra: Infra) -> AsyncIterator[UiServer]:
     port = free_port()
     settings = QuerySettings(
-        database_url=SecretStr(infra.database_url), redis_url=SecretStr(infra.redis_url),
-        stream_prefix=f"b{uuid.uuid4().hex[:8]}:", data_dir=infra.data_dir, query_port=port,
+        database_url=SecretStr(infra.database_url),
+        redis_url=SecretStr(infra.redis_url),
+        stream_prefix=f"b{uuid.uuid4().hex[:8]}:",
+        data_dir=infra.data_dir,
+        query_port=port,
         log_level="WARNING",
     )
     # users' own endpoints are in effect (no system provider, so no local model either)
-    env = {"ENGRAM_EMBEDDING_PROVIDER": "none", "ENGRAM_SECRET_KEY": SECRET_KEY,
-           "ENGRAM_EMBEDDING_RETRIES": "0"}
+    env = {
+        "ENGRAM_EMBEDDING_PROVIDER": "none",
+        "ENGRAM_SECRET_KEY": SECRET_KEY,
+        "ENGRAM_EMBEDDING_RETRIES": "0",
+    }
     proc = start_service("query", settings, **env)
     try:
         await wait_healthy(port, proc)
@@ -66,8 +77,9 @@ async def browser() -> AsyncIterator[Any]:
     from playwright.async_api import async_playwright
 
     async with async_playwright() as pw:
-        b = await pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                     args=CHROMIUM_ARGS)
+        b = await pw.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
         try:
             yield b
         finally:

@@ -23,12 +23,15 @@ pytestmark = pytest.mark.slow
 
 async def two_users(pool: asyncpg.Pool) -> tuple[Seeded, Seeded]:
     tag = uuid.uuid4().hex[:6]
-    return (await seed_user(pool, f"alice-{tag}", "Alfa"),
-            await seed_user(pool, f"bob-{tag}", "Bravo"))
+    return (
+        await seed_user(pool, f"alice-{tag}", "Alfa"),
+        await seed_user(pool, f"bob-{tag}", "Bravo"),
+    )
 
 
-async def log_in(page: Any, server: UiServer, pool: asyncpg.Pool, user_id: str,
-                 *, shot: str | None = None) -> None:
+async def log_in(
+    page: Any, server: UiServer, pool: asyncpg.Pool, user_id: str, *, shot: str | None = None
+) -> None:
     _, secret = await create_key(pool, user_id=user_id)
     await page.goto(f"{server.url}/ui/")
     await expect(page).to_have_url(f"{server.url}/ui/login")
@@ -149,7 +152,8 @@ async def test_settings_test_endpoint_then_save_confirm_and_watch_the_rebuild(
         # 9 memories (archived included) + 1 episode summary; no messages
         await expect(page.locator("#rebuild-total")).to_have_text("10")
         stored = await pool.fetchval(
-            "SELECT count(*) FROM embedding_settings WHERE user_id = $1", alice.user_id)
+            "SELECT count(*) FROM embedding_settings WHERE user_id = $1", alice.user_id
+        )
         assert stored == 0  # nothing saved before the confirmation
         await screenshot(page, "settings-confirm")
 
@@ -157,8 +161,11 @@ async def test_settings_test_endpoint_then_save_confirm_and_watch_the_rebuild(
             database_url=SecretStr(str(ui_server.settings.database_url.get_secret_value())),
             redis_url=SecretStr(ui_server.settings.redis_url.get_secret_value()),
             stream_prefix=ui_server.settings.stream_prefix,
-            data_dir=ui_server.settings.data_dir, embedding_provider="none",
-            secret_key=SecretStr(SECRET_KEY), consumer_block_ms=50, db_pool_max=2,
+            data_dir=ui_server.settings.data_dir,
+            embedding_provider="none",
+            secret_key=SecretStr(SECRET_KEY),
+            consumer_block_ms=50,
+            db_pool_max=2,
         )
         async with running(embedder_app(es)):
             await page.click("#confirm-rebuild")
@@ -169,7 +176,9 @@ async def test_settings_test_endpoint_then_save_confirm_and_watch_the_rebuild(
         await screenshot(page, "settings-rebuilt")
         states = await pool.fetch(
             "SELECT embedding_state, embedding_model, count(*) FROM memory_items "
-            "WHERE user_id = $1 GROUP BY 1, 2", alice.user_id)
+            "WHERE user_id = $1 GROUP BY 1, 2",
+            alice.user_id,
+        )
         assert [(r[0], r[1], r[2]) for r in states] == [("ready", "text-embedding-3-small", 9)]
         await page.reload()
         await expect(page.locator("#in-effect")).to_contain_text("openai")
@@ -182,12 +191,23 @@ async def test_another_users_data_appears_nowhere(
 ) -> None:
     alice, bob = await two_users(pool)
     await log_in(page, ui_server, pool, alice.user_id)
-    shots = {"/ui/people": "people", "/ui/episodes": "episodes", "/ui/reviews": "reviews",
-             "/ui/summary": "summary", f"/ui/episodes/{alice.episode}": "episode",
-             "/ui/settings": "settings"}
-    paths = ["/ui/", "/ui/memories?archived=1", "/ui/memories?q=lives&archived=1",
-             f"/ui/memories?person={alice.person}", "/ui/reviews?status=", *shots,
-             *(f"/ui/memories/{i}" for i in alice.items.values())]
+    shots = {
+        "/ui/people": "people",
+        "/ui/episodes": "episodes",
+        "/ui/reviews": "reviews",
+        "/ui/summary": "summary",
+        f"/ui/episodes/{alice.episode}": "episode",
+        "/ui/settings": "settings",
+    }
+    paths = [
+        "/ui/",
+        "/ui/memories?archived=1",
+        "/ui/memories?q=lives&archived=1",
+        f"/ui/memories?person={alice.person}",
+        "/ui/reviews?status=",
+        *shots,
+        *(f"/ui/memories/{i}" for i in alice.items.values()),
+    ]
     for path in paths:
         await page.goto(ui_server.url + path)
         html = await page.content()

@@ -17,23 +17,32 @@ from tests.browser.seed import EMBED_ERROR, Seeded, seed_user
 from tests.query.helpers import resolver_for
 from tests.support import running
 
-PAGES = ["/ui/", "/ui/memories", "/ui/memories?archived=1", "/ui/people", "/ui/episodes",
-         "/ui/reviews", "/ui/summary", "/ui/settings"]
+PAGES = [
+    "/ui/",
+    "/ui/memories",
+    "/ui/memories?archived=1",
+    "/ui/people",
+    "/ui/episodes",
+    "/ui/reviews",
+    "/ui/summary",
+    "/ui/settings",
+]
 
 
 @pytest.fixture
 async def client(make_settings: Callable[..., Any]) -> AsyncIterator[httpx.AsyncClient]:
     # full-text only: no query embedder (the system provider would load the local model)
-    async with running(create_app(make_settings(QuerySettings),
-                                  resolver=resolver_for(None))) as c:
+    async with running(create_app(make_settings(QuerySettings), resolver=resolver_for(None))) as c:
         yield c
 
 
 @pytest.fixture
 async def two_users(pool: asyncpg.Pool) -> tuple[Seeded, Seeded]:
     tag = uuid.uuid4().hex[:6]
-    return (await seed_user(pool, f"alice-{tag}", "Alfa"),
-            await seed_user(pool, f"bob-{tag}", "Bravo"))
+    return (
+        await seed_user(pool, f"alice-{tag}", "Alfa"),
+        await seed_user(pool, f"bob-{tag}", "Bravo"),
+    )
 
 
 async def login(client: httpx.AsyncClient, pool: asyncpg.Pool, user_id: str | None) -> str:
@@ -78,16 +87,28 @@ async def test_every_page_shows_the_users_data_and_nothing_of_another(
     alice, bob = two_users
     await login(client, pool, alice.user_id)
     seen = ""
-    for path in PAGES + [f"/ui/memories/{i}" for i in alice.items.values()] + [
-        f"/ui/episodes/{alice.episode}", f"/ui/memories?person={alice.person}",
-        "/ui/reviews?status=", "/ui/memories?q=lives"
-    ]:
+    for path in (
+        PAGES
+        + [f"/ui/memories/{i}" for i in alice.items.values()]
+        + [
+            f"/ui/episodes/{alice.episode}",
+            f"/ui/memories?person={alice.person}",
+            "/ui/reviews?status=",
+            "/ui/memories?q=lives",
+        ]
+    ):
         r = await client.get(path)
         assert r.status_code == 200, (path, r.text[:300])
         assert "Bravo" not in r.text and bob.user_id not in r.text, path
         seen += r.text
-    for text in ("Project Alfa Atlas ships in May", "SarahAlfa", "Planned the Alfa garden",
-                 "Alfa may own a sailboat", "works on Project Alfa Atlas", EMBED_ERROR):
+    for text in (
+        "Project Alfa Atlas ships in May",
+        "SarahAlfa",
+        "Planned the Alfa garden",
+        "Alfa may own a sailboat",
+        "works on Project Alfa Atlas",
+        EMBED_ERROR,
+    ):
         assert text in seen
     # bob's rows are not found by id either
     for path in (f"/ui/memories/{bob.items['atlas']}", f"/ui/episodes/{bob.episode}"):
@@ -119,7 +140,9 @@ async def test_pages_are_keyset_paged(
     await pool.execute(
         "INSERT INTO memory_items (user_id, type, content, created_at) "
         "SELECT $1, 'fact', 'note ' || i, now() - i * interval '1 minute' "
-        "FROM generate_series(1, 120) AS i", user_id)
+        "FROM generate_series(1, 120) AS i",
+        user_id,
+    )
     await login(client, pool, user_id)
     seen: list[str] = []
     url = "/ui/memories"
@@ -185,9 +208,11 @@ async def test_cross_site_posts_are_refused(
     client: httpx.AsyncClient, pool: asyncpg.Pool, user_id: str
 ) -> None:
     _, secret = await create_key(pool, user_id=user_id)
-    r = await client.post("/ui/login", data={"key": secret},
-                          headers={"Origin": "https://evil.example"})
+    r = await client.post(
+        "/ui/login", data={"key": secret}, headers={"Origin": "https://evil.example"}
+    )
     assert r.status_code == 403
-    r = await client.post("/ui/login", data={"key": secret},
-                          headers={"Sec-Fetch-Site": "cross-site"})
+    r = await client.post(
+        "/ui/login", data={"key": secret}, headers={"Sec-Fetch-Site": "cross-site"}
+    )
     assert r.status_code == 403

@@ -52,9 +52,12 @@ async def _all_ready(pool: asyncpg.Pool, user_id: str) -> bool:
         user_id,
     )
     assert row is not None
-    return (row["messages"] == len(CONVERSATION) == row["messages_ready"]
-            and row["episodes_ready"] == 1
-            and row["memories"] > 0 and row["memories"] == row["memories_ready"])
+    return (
+        row["messages"] == len(CONVERSATION) == row["messages_ready"]
+        and row["episodes_ready"] == 1
+        and row["memories"] > 0
+        and row["memories"] == row["memories_ready"]
+    )
 
 
 @pytest.mark.slow
@@ -72,21 +75,32 @@ async def test_a_conversation_becomes_searchable_memory_through_the_api(
     me = {"Authorization": f"Bearer {secret}"}
     other = {"Authorization": f"Bearer {other_secret}"}
 
-    async with (running(ingest_app(ingest)), running(embedder_app(embedder)),
-                running(extractor_app(extractor)), running(query_app(query)) as api):
+    async with (
+        running(ingest_app(ingest)),
+        running(embedder_app(embedder)),
+        running(extractor_app(extractor)),
+        running(query_app(query)) as api,
+    ):
         await publisher.publish("turns", turns(user_id, CONVERSATION))
         await wait_for(
-            lambda: _count(pool, "SELECT count(*) FROM messages WHERE user_id = $1", user_id,
-                           len(CONVERSATION)),
+            lambda: _count(
+                pool, "SELECT count(*) FROM messages WHERE user_id = $1", user_id, len(CONVERSATION)
+            ),
             message="turns stored",
         )
         await publisher.publish(
-            "episodes", [EpisodeClosed(user_id=user_id, provider="test", chat_id="c1")])
-        await wait_for(lambda: _all_ready(pool, user_id), timeout=120, interval=0.2,
-                       message="messages, summary and facts embedded")
+            "episodes", [EpisodeClosed(user_id=user_id, provider="test", chat_id="c1")]
+        )
+        await wait_for(
+            lambda: _all_ready(pool, user_id),
+            timeout=120,
+            interval=0.2,
+            message="messages, summary and facts embedded",
+        )
 
-        found = (await api.post("/v1/episodes/search", headers=me,
-                                json={"query": "weather forecast"})).json()
+        found = (
+            await api.post("/v1/episodes/search", headers=me, json={"query": "weather forecast"})
+        ).json()
         assert found["mode"] == "hybrid"
         first = found["episodes"][0]
         assert first["line"].startswith("[Tim] ") and "Silver Spring" in first["line"]
@@ -95,22 +109,33 @@ async def test_a_conversation_becomes_searchable_memory_through_the_api(
         assert [t["content"] for t in episode["turns"]] == [c for _, c in CONVERSATION]
         assert set(episode["summary"]) >= {"title", "summary", "key_points", "outcome", "topics"}
 
-        hits = (await api.post("/v1/memory/search", headers=me, json={
-            "query": "which temperature unit should I use?", "types": ["preference", "fact"],
-        })).json()
+        hits = (
+            await api.post(
+                "/v1/memory/search",
+                headers=me,
+                json={
+                    "query": "which temperature unit should I use?",
+                    "types": ["preference", "fact"],
+                },
+            )
+        ).json()
         assert any("Celsius" in r["content_snippet"] for r in hits["results"][:3]), hits
 
         people = (await api.get("/v1/people", headers=me)).json()
-        assert any(p["name"] == "Sarah" and p["relation"] == "wife"
-                   for p in people["people"]), people
+        assert any(p["name"] == "Sarah" and p["relation"] == "wife" for p in people["people"]), (
+            people
+        )
 
         # Another user's key finds none of it.
-        assert (await api.post("/v1/episodes/search", headers=other,
-                               json={"query": "weather"})).json()["episodes"] == []
-        assert (await api.post("/v1/memory/search", headers=other,
-                               json={"query": "Celsius"})).json()["results"] == []
-        assert (await api.get(f"/v1/episodes/{first['episode_id']}",
-                              headers=other)).status_code == 404
+        assert (
+            await api.post("/v1/episodes/search", headers=other, json={"query": "weather"})
+        ).json()["episodes"] == []
+        assert (
+            await api.post("/v1/memory/search", headers=other, json={"query": "Celsius"})
+        ).json()["results"] == []
+        assert (
+            await api.get(f"/v1/episodes/{first['episode_id']}", headers=other)
+        ).status_code == 404
 
 
 async def _count(pool: asyncpg.Pool, sql: str, user_id: str, n: int) -> bool:

@@ -23,9 +23,14 @@ def server() -> Iterator[ScriptedServer]:
 def esettings(make_settings: Callable[..., Any]) -> EmbedderSettings:
     """No system provider (users' endpoints apply), quick retries and timeouts."""
     s: EmbedderSettings = make_settings(
-        EmbedderSettings, embedding_provider="none", secret_key=SecretStr("test-secret"),
-        embedding_retries=2, embedding_backoff_s=0.01, embedding_timeout_s=1.0,
-        embed_retry_backoff_s=0.2, embed_batch_size=4,
+        EmbedderSettings,
+        embedding_provider="none",
+        secret_key=SecretStr("test-secret"),
+        embedding_retries=2,
+        embedding_backoff_s=0.01,
+        embedding_timeout_s=1.0,
+        embed_retry_backoff_s=0.2,
+        embed_batch_size=4,
     )
     return s
 
@@ -44,13 +49,19 @@ async def add_episode(pool: asyncpg.Pool, user_id: str, summary: str | None = No
         VALUES ($1, $2, 'test', 'chat', now(), now(), $3,
                 CASE WHEN $3::text IS NULL THEN NULL ELSE 'pending' END)
         """,
-        eid, user_id, summary,
+        eid,
+        user_id,
+        summary,
     )
     return eid
 
 
 async def add_messages(
-    pool: asyncpg.Pool, user_id: str, texts: list[str], *, role: str = "user",
+    pool: asyncpg.Pool,
+    user_id: str,
+    texts: list[str],
+    *,
+    role: str = "user",
     episode_id: uuid.UUID | None = None,
 ) -> list[int]:
     episode = episode_id or await add_episode(pool, user_id)
@@ -62,7 +73,10 @@ async def add_messages(
         FROM unnest($4::text[]) WITH ORDINALITY AS t(c, n) ORDER BY n
         RETURNING id
         """,
-        user_id, episode, role, texts,
+        user_id,
+        episode,
+        role,
+        texts,
     )
     return [r["id"] for r in rows]
 
@@ -77,6 +91,8 @@ async def add_memories(
         SELECT $1, 'fact', c, $2 FROM unnest($3::text[]) WITH ORDINALITY AS t(c, n) ORDER BY n
         RETURNING id
         """,
-        user_id, status, texts,
+        user_id,
+        status,
+        texts,
     )
     return [r["id"] for r in rows]

@@ -80,10 +80,14 @@ class ScriptedServer:
                 if self.path.startswith("/api/embed"):
                     payload = {"model": body["model"], "embeddings": vectors}
                 else:
-                    payload = {"object": "list", "model": body["model"], "data": [
-                        {"object": "embedding", "index": i, "embedding": v}
-                        for i, v in enumerate(vectors)
-                    ]}
+                    payload = {
+                        "object": "list",
+                        "model": body["model"],
+                        "data": [
+                            {"object": "embedding", "index": i, "embedding": v}
+                            for i, v in enumerate(vectors)
+                        ],
+                    }
                 self._send(200, payload)
 
             def _send(self, status: int, payload: Any) -> None:

@@ -19,22 +19,37 @@ from tests.support import ROOT, service_env
 
 
 async def engram(settings: EmbedderSettings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = service_env(settings, ENGRAM_EMBEDDING_PROVIDER="none",
-                      ENGRAM_SECRET_KEY="cli-secret")
+    env = service_env(settings, ENGRAM_EMBEDDING_PROVIDER="none", ENGRAM_SECRET_KEY="cli-secret")
     return await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "shared", *args], env=env, cwd=ROOT,
-        capture_output=True, text=True, timeout=120,
+        subprocess.run,
+        [sys.executable, "-m", "shared", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 async def test_backfill_and_rebuild_commands(
-    pool: asyncpg.Pool, make_settings: Callable[..., Any], server: ScriptedServer, user_id: str,
+    pool: asyncpg.Pool,
+    make_settings: Callable[..., Any],
+    server: ScriptedServer,
+    user_id: str,
 ) -> None:
-    s: EmbedderSettings = make_settings(EmbedderSettings, embedding_provider="none",
-                                        secret_key=SecretStr("cli-secret"))
-    await put_provider_settings(pool, user_id, ProviderSettingsIn(
-        provider="openai", endpoint_url=server.base_url("openai"), model="cli-model",
-    ), s)
+    s: EmbedderSettings = make_settings(
+        EmbedderSettings, embedding_provider="none", secret_key=SecretStr("cli-secret")
+    )
+    await put_provider_settings(
+        pool,
+        user_id,
+        ProviderSettingsIn(
+            provider="openai",
+            endpoint_url=server.base_url("openai"),
+            model="cli-model",
+        ),
+        s,
+    )
     await add_messages(pool, user_id, [f"m{i}" for i in range(5)])
     await add_memories(pool, user_id, ["archived"], status="archived")
 

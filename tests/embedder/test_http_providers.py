@@ -24,22 +24,40 @@ PROVIDERS = ["openai", "ollama"]
 
 
 async def configure(
-    pool: asyncpg.Pool, user_id: str, settings: EmbedderSettings, server: ScriptedServer,
+    pool: asyncpg.Pool,
+    user_id: str,
+    settings: EmbedderSettings,
+    server: ScriptedServer,
     provider: str,
 ) -> None:
-    await put_provider_settings(pool, user_id, ProviderSettingsIn(
-        provider=provider, endpoint_url=server.base_url(provider), model="scripted-embed",
-    ), settings)
+    await put_provider_settings(
+        pool,
+        user_id,
+        ProviderSettingsIn(
+            provider=provider,
+            endpoint_url=server.base_url(provider),
+            model="scripted-embed",
+        ),
+        settings,
+    )
 
 
 async def run(
-    pool: asyncpg.Pool, redis: aioredis.Redis, settings: EmbedderSettings, user_id: str,
-    ids: list[int], registry: ProviderRegistry,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    settings: EmbedderSettings,
+    user_id: str,
+    ids: list[int],
+    registry: ProviderRegistry,
 ) -> None:
-    event = EmbedRequested(user_id=user_id,
-                           targets=[EmbedTarget(kind="message", id=str(i)) for i in ids])
+    event = EmbedRequested(
+        user_id=user_id, targets=[EmbedTarget(kind="message", id=str(i)) for i in ids]
+    )
     rejected = await service.handle_requests(
-        pool, Publisher(redis, settings), [Delivery("1-0", event)], settings=settings,
+        pool,
+        Publisher(redis, settings),
+        [Delivery("1-0", event)],
+        settings=settings,
         registry=registry,
     )
     assert rejected == {}
@@ -65,8 +83,13 @@ async def registry(esettings: EmbedderSettings) -> Any:
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_vectors_are_stored_zero_padded_and_rows_become_ready(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
+    provider: str,
 ) -> None:
     await configure(pool, user_id, esettings, server, provider)
     texts = [f"text number {i}" for i in range(6)]
@@ -90,8 +113,13 @@ async def test_vectors_are_stored_zero_padded_and_rows_become_ready(
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_429_is_retried_then_succeeds(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
+    provider: str,
 ) -> None:
     await configure(pool, user_id, esettings, server, provider)
     server.then(Step("status", status=429, message="slow down"))
@@ -103,8 +131,13 @@ async def test_429_is_retried_then_succeeds(
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_repeated_500_puts_rows_in_error_with_the_providers_message(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
+    provider: str,
 ) -> None:
     await configure(pool, user_id, esettings, server, provider)
     server.default = Step("status", status=500, message="input is too large to process")
@@ -120,8 +153,13 @@ async def test_repeated_500_puts_rows_in_error_with_the_providers_message(
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_one_refused_text_does_not_take_its_batch_down(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
+    provider: str,
 ) -> None:
     await configure(pool, user_id, esettings, server, provider)
     ids = await add_messages(pool, user_id, ["good one", "good two", "good three"])
@@ -136,8 +174,13 @@ async def test_one_refused_text_does_not_take_its_batch_down(
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_vectors_longer_than_the_column_are_an_error_with_the_reason(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
+    provider: str,
 ) -> None:
     await configure(pool, user_id, esettings, server, provider)
     server.default = Step("dims", dims=1024)
@@ -150,8 +193,13 @@ async def test_vectors_longer_than_the_column_are_an_error_with_the_reason(
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_a_timeout_is_retried_within_the_call(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
+    provider: str,
 ) -> None:
     await configure(pool, user_id, esettings, server, provider)
     server.then(Step("sleep", seconds=1.5))
@@ -162,8 +210,13 @@ async def test_a_timeout_is_retried_within_the_call(
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_a_provider_that_stays_down_leaves_rows_pending_then_they_are_retried(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    server: ScriptedServer, registry: ProviderRegistry, user_id: str, provider: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
+    provider: str,
 ) -> None:
     await configure(pool, user_id, esettings, server, provider)
     server.default = Step("sleep", seconds=1.5)  # every call times out
@@ -184,12 +237,22 @@ async def test_a_provider_that_stays_down_leaves_rows_pending_then_they_are_retr
 
 
 async def test_a_refused_connection_also_leaves_rows_pending(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    registry: ProviderRegistry, user_id: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    registry: ProviderRegistry,
+    user_id: str,
 ) -> None:
-    await put_provider_settings(pool, user_id, ProviderSettingsIn(
-        provider="openai", endpoint_url="http://127.0.0.1:9/v1", model="nothing-listens",
-    ), esettings)
+    await put_provider_settings(
+        pool,
+        user_id,
+        ProviderSettingsIn(
+            provider="openai",
+            endpoint_url="http://127.0.0.1:9/v1",
+            model="nothing-listens",
+        ),
+        esettings,
+    )
     ids = await add_messages(pool, user_id, ["nobody home"])
     await run(pool, redis, esettings, user_id, ids, registry)
     [row] = await states(pool, ids)
@@ -198,15 +261,26 @@ async def test_a_refused_connection_also_leaves_rows_pending(
 
 
 async def test_the_api_key_is_sent_as_a_bearer_token(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    server: ScriptedServer, registry: ProviderRegistry, user_id: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
 ) -> None:
     from pydantic import SecretStr
 
-    await put_provider_settings(pool, user_id, ProviderSettingsIn(
-        provider="openai", endpoint_url=server.base_url("openai"), model="m",
-        api_key=SecretStr("sk-live-123"),
-    ), esettings)
+    await put_provider_settings(
+        pool,
+        user_id,
+        ProviderSettingsIn(
+            provider="openai",
+            endpoint_url=server.base_url("openai"),
+            model="m",
+            api_key=SecretStr("sk-live-123"),
+        ),
+        esettings,
+    )
     ids = await add_messages(pool, user_id, ["with a key"])
     await run(pool, redis, esettings, user_id, ids, registry)
     headers = {k.lower(): v for k, v in server.requests[0][2].items()}
@@ -214,8 +288,12 @@ async def test_the_api_key_is_sent_as_a_bearer_token(
 
 
 async def test_a_request_naming_another_users_rows_embeds_nothing_of_theirs(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    server: ScriptedServer, registry: ProviderRegistry, user_id: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
 ) -> None:
     await configure(pool, user_id, esettings, server, "openai")
     other = user_id + "-other"
@@ -227,12 +305,18 @@ async def test_a_request_naming_another_users_rows_embeds_nothing_of_theirs(
 
 
 async def test_malformed_target_ids_are_rejected_with_a_reason(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    registry: ProviderRegistry, user_id: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    registry: ProviderRegistry,
+    user_id: str,
 ) -> None:
     event = EmbedRequested(user_id=user_id, targets=[EmbedTarget(kind="memory", id="nope")])
     rejected = await service.handle_requests(
-        pool, Publisher(redis, esettings), [Delivery("7-0", event)], settings=esettings,
+        pool,
+        Publisher(redis, esettings),
+        [Delivery("7-0", event)],
+        settings=esettings,
         registry=registry,
     )
     assert "not a valid id" in rejected["7-0"]
@@ -243,9 +327,12 @@ def test_a_turn_is_embedded_with_its_date_and_speaker() -> None:
 
     at = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     assert message_text("I went hiking", "user", None, None, None, speaker="Ann", at=at) == (
-        "08 May 2023 Ann: I went hiking")
+        "08 May 2023 Ann: I went hiking"
+    )
     # no display name: the role speaks; a tool turn keeps its own shape
     assert message_text("Sunny", "assistant", None, None, None, at=at) == (
-        "08 May 2023 assistant: Sunny")
+        "08 May 2023 assistant: Sunny"
+    )
     assert message_text("", "tool", "weather", {"city": "Oslo"}, None, speaker="x", at=at) == (
-        'tool weather: args: {"city": "Oslo"}')
+        'tool weather: args: {"city": "Oslo"}'
+    )

@@ -34,12 +34,22 @@ async def registry(esettings: EmbedderSettings) -> Any:
 
 
 async def use_model(
-    pool: asyncpg.Pool, user_id: str, settings: EmbedderSettings, server: ScriptedServer,
+    pool: asyncpg.Pool,
+    user_id: str,
+    settings: EmbedderSettings,
+    server: ScriptedServer,
     model: str,
 ) -> None:
-    await put_provider_settings(pool, user_id, ProviderSettingsIn(
-        provider="openai", endpoint_url=server.base_url("openai"), model=model,
-    ), settings)
+    await put_provider_settings(
+        pool,
+        user_id,
+        ProviderSettingsIn(
+            provider="openai",
+            endpoint_url=server.base_url("openai"),
+            model=model,
+        ),
+        settings,
+    )
 
 
 async def all_rows(pool: asyncpg.Pool, user_id: str) -> list[asyncpg.Record]:
@@ -59,7 +69,9 @@ async def all_rows(pool: asyncpg.Pool, user_id: str) -> list[asyncpg.Record]:
 
 
 async def drain_stream(
-    pool: asyncpg.Pool, redis: aioredis.Redis, settings: EmbedderSettings,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    settings: EmbedderSettings,
     registry: ProviderRegistry,
 ) -> int:
     """Hand every EmbedRequested on the test's ``embed`` stream to the use case."""
@@ -70,23 +82,29 @@ async def drain_stream(
     ]
     await redis.delete(settings.stream("embed"))
     if deliveries:
-        await service.handle_requests(pool, Publisher(redis, settings), deliveries,
-                                      settings=settings, registry=registry)
+        await service.handle_requests(
+            pool, Publisher(redis, settings), deliveries, settings=settings, registry=registry
+        )
     return sum(len(d.event.targets) for d in deliveries)
 
 
 async def seed(pool: asyncpg.Pool, user_id: str) -> None:
     episode = await add_episode(pool, user_id, summary="we planned the garden")
-    await add_messages(pool, user_id, ["plant tomatoes", "water daily", "buy a hose"],
-                       episode_id=episode)
+    await add_messages(
+        pool, user_id, ["plant tomatoes", "water daily", "buy a hose"], episode_id=episode
+    )
     await add_memories(pool, user_id, ["likes tomatoes"])
     await add_memories(pool, user_id, ["used to live in Lyon"], status="archived")
     await add_episode(pool, user_id)  # no summary: nothing to embed
 
 
 async def test_rebuild_counts_marks_and_reembeds_every_row_including_archived(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    server: ScriptedServer, registry: ProviderRegistry, user_id: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
 ) -> None:
     await seed(pool, user_id)
     await use_model(pool, user_id, esettings, server, "model-a")
@@ -97,14 +115,12 @@ async def test_rebuild_counts_marks_and_reembeds_every_row_including_archived(
     assert (count.messages, count.memories, count.episodes, count.total) == (3, 2, 1, 6)
 
     await use_model(pool, user_id, esettings, server, "model-b")
-    status = await start_rebuild(pool, user_id, esettings,
-                                 publisher=Publisher(redis, esettings))
+    status = await start_rebuild(pool, user_id, esettings, publisher=Publisher(redis, esettings))
     assert (status.total, status.done, status.pending, status.running) == (6, 0, 6, True)
     rows = await all_rows(pool, user_id)
     # old vectors are gone at once and the rows wait for the new model: a search,
     # which reads only ready rows, can never meet a model-a vector again
-    assert {(r["embedding_state"], r["embedding_model"]) for r in rows} == {
-        ("pending", "model-b")}
+    assert {(r["embedding_state"], r["embedding_model"]) for r in rows} == {("pending", "model-b")}
     assert all(r["embedding"] is None for r in rows)
 
     assert await drain_stream(pool, redis, esettings, registry) == 6
@@ -118,8 +134,12 @@ async def test_rebuild_counts_marks_and_reembeds_every_row_including_archived(
 
 
 async def test_a_vector_from_the_old_model_cannot_land_after_a_rebuild_started(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    server: ScriptedServer, registry: ProviderRegistry, user_id: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
 ) -> None:
     from shared.embeddings import store
 
@@ -128,8 +148,14 @@ async def test_a_vector_from_the_old_model_cannot_land_after_a_rebuild_started(
     await start_rebuild(pool, user_id, esettings, publisher=None)
     # an embedder that resolved model-a just before the rebuild tries to write now
     written = await store.write_vectors(
-        pool, user_id, "message", provider="openai", model="model-a", ids=[mid],
-        vectors=[vector_for("in flight", 384)], native_dims=[384],
+        pool,
+        user_id,
+        "message",
+        provider="openai",
+        model="model-a",
+        ids=[mid],
+        vectors=[vector_for("in flight", 384)],
+        native_dims=[384],
     )
     assert written == []
     state = await pool.fetchval("SELECT embedding_state FROM messages WHERE id = $1", mid)
@@ -137,7 +163,9 @@ async def test_a_vector_from_the_old_model_cannot_land_after_a_rebuild_started(
 
 
 async def test_rebuild_refuses_when_the_user_has_no_provider(
-    pool: asyncpg.Pool, esettings: EmbedderSettings, user_id: str,
+    pool: asyncpg.Pool,
+    esettings: EmbedderSettings,
+    user_id: str,
 ) -> None:
     await add_messages(pool, user_id, ["x"])
     with pytest.raises(InvalidRequest, match="full-text-only"):
@@ -145,8 +173,11 @@ async def test_rebuild_refuses_when_the_user_has_no_provider(
 
 
 async def test_backfill_embeds_rows_without_vectors_and_is_safe_to_run_twice(
-    pool: asyncpg.Pool, esettings: EmbedderSettings, server: ScriptedServer,
-    registry: ProviderRegistry, user_id: str,
+    pool: asyncpg.Pool,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
 ) -> None:
     await seed(pool, user_id)
     await use_model(pool, user_id, esettings, server, "model-a")
@@ -154,7 +185,9 @@ async def test_backfill_embeds_rows_without_vectors_and_is_safe_to_run_twice(
     ids = await add_messages(pool, user_id, ["already embedded", "failed before"])
     await pool.execute(
         "UPDATE messages SET embedding_state = 'ready', embedding = $2, embedded_at = now() "
-        "WHERE id = $1", ids[0], [0.5] * 384,
+        "WHERE id = $1",
+        ids[0],
+        [0.5] * 384,
     )
     await pool.execute(
         "UPDATE messages SET embedding_state = 'error', embedding_error = 'boom' WHERE id = $1",
@@ -162,8 +195,9 @@ async def test_backfill_embeds_rows_without_vectors_and_is_safe_to_run_twice(
     )
     assert await count_missing(pool, user_id=user_id) == 7
     seen: list[int] = []
-    first = await embed_missing(pool, esettings, user_id=user_id, batch=2, registry=registry,
-                                on_progress=seen.append)
+    first = await embed_missing(
+        pool, esettings, user_id=user_id, batch=2, registry=registry, on_progress=seen.append
+    )
     assert (first.total, first.ready, first.errors) == (7, 7, 0)
     assert sum(seen) == 7 and max(seen) <= 2
     before = {r["id"]: r["embedding"].to_list() for r in await all_rows(pool, user_id)}
@@ -179,8 +213,12 @@ async def test_backfill_embeds_rows_without_vectors_and_is_safe_to_run_twice(
 
 
 async def test_memory_items_that_become_ready_are_announced(
-    pool: asyncpg.Pool, redis: aioredis.Redis, esettings: EmbedderSettings,
-    server: ScriptedServer, registry: ProviderRegistry, user_id: str,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
 ) -> None:
     from shared.events import EmbedRequested, EmbedTarget, memory_adapter
 
@@ -189,8 +227,9 @@ async def test_memory_items_that_become_ready_are_announced(
     event = EmbedRequested(user_id=user_id, targets=[EmbedTarget(kind="memory", id=str(mid))])
     publisher = Publisher(redis, esettings)
     for _ in range(2):  # a redelivery announces nothing new
-        await service.handle_requests(pool, publisher, [Delivery("1-0", event)],
-                                      settings=esettings, registry=registry)
+        await service.handle_requests(
+            pool, publisher, [Delivery("1-0", event)], settings=esettings, registry=registry
+        )
     entries = await redis.xrange(esettings.stream("memories"))
     changes = [memory_adapter.validate_json(f[b"event"]) for _, f in entries]
     assert [(c.memory_id, c.user_id, c.change) for c in changes] == [(mid, user_id, "embedded")]

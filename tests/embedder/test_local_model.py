@@ -25,11 +25,13 @@ async def test_paraphrases_score_closer_than_unrelated_sentences(
     s = make_settings(EmbeddingSettings)
     embedder = await resolve_embedder(pool, user_id, s)
     assert embedder is not None
-    a, b, c = await embedder.embed([
-        "My daughter's birthday party is on Saturday.",
-        "We are celebrating my girl's birthday this weekend.",
-        "The quarterly tax filing deadline moved to April.",
-    ])
+    a, b, c = await embedder.embed(
+        [
+            "My daughter's birthday party is on Saturday.",
+            "We are celebrating my girl's birthday this weekend.",
+            "The quarterly tax filing deadline moved to April.",
+        ]
+    )
     assert len(a) == 384
     assert cosine(a, b) > cosine(a, c) + 0.2
     [q] = await embedder.embed(["when is the kid's birthday celebration?"])

@@ -31,7 +31,9 @@ async def test_default_is_the_local_system_provider(
     embedder = await resolve_embedder(pool, user_id, esettings)
     assert isinstance(embedder, LocalEmbedder)
     assert (embedder.provider, embedder.model, embedder.dimensions) == (
-        "local", "all-MiniLM-L6-v2", 384,
+        "local",
+        "all-MiniLM-L6-v2",
+        384,
     )
 
 
@@ -53,10 +55,18 @@ async def test_user_endpoint_applies_when_there_is_no_system_provider(
     pool: asyncpg.Pool, make_settings: Callable[..., Any], user_id: str
 ) -> None:
     s = make_settings(EmbeddingSettings, embedding_provider="none", secret_key=SecretStr("k"))
-    await put_provider_settings(pool, user_id, ProviderSettingsIn(
-        provider="openai", endpoint_url="http://127.0.0.1:9/v1", model="m1",
-        api_key=SecretStr("sk-secret"), dimensions=128,
-    ), s)
+    await put_provider_settings(
+        pool,
+        user_id,
+        ProviderSettingsIn(
+            provider="openai",
+            endpoint_url="http://127.0.0.1:9/v1",
+            model="m1",
+            api_key=SecretStr("sk-secret"),
+            dimensions=128,
+        ),
+        s,
+    )
     embedder = await resolve_embedder(pool, user_id, s)
     assert embedder is not None
     assert (embedder.provider, embedder.model, embedder.dimensions) == ("openai", "m1", 128)
@@ -74,9 +84,16 @@ async def test_system_provider_wins_over_user_endpoint_unless_override(
     pool: asyncpg.Pool, make_settings: Callable[..., Any], user_id: str
 ) -> None:
     s = make_settings(EmbeddingSettings, secret_key=SecretStr("k"))
-    await put_provider_settings(pool, user_id, ProviderSettingsIn(
-        provider="ollama", endpoint_url="http://127.0.0.1:9", model="nomic-embed-text",
-    ), s)
+    await put_provider_settings(
+        pool,
+        user_id,
+        ProviderSettingsIn(
+            provider="ollama",
+            endpoint_url="http://127.0.0.1:9",
+            model="nomic-embed-text",
+        ),
+        s,
+    )
     assert (await resolve_embedder(pool, user_id, s)).provider == "local"  # type: ignore[union-attr]
     s2 = make_settings(EmbeddingSettings, embedding_user_override=True, secret_key=SecretStr("k"))
     assert (await resolve_embedder(pool, user_id, s2)).provider == "ollama"  # type: ignore[union-attr]
@@ -85,9 +102,16 @@ async def test_system_provider_wins_over_user_endpoint_unless_override(
 async def test_user_who_turned_embeddings_off_gets_full_text_only(
     pool: asyncpg.Pool, esettings: EmbeddingSettings, user_id: str
 ) -> None:
-    await put_provider_settings(pool, user_id, ProviderSettingsIn(
-        enabled=False, provider="local", model="all-MiniLM-L6-v2",
-    ), esettings)
+    await put_provider_settings(
+        pool,
+        user_id,
+        ProviderSettingsIn(
+            enabled=False,
+            provider="local",
+            model="all-MiniLM-L6-v2",
+        ),
+        esettings,
+    )
     assert await resolve_embedder(pool, user_id, esettings) is None
 
 
@@ -96,9 +120,16 @@ async def test_settings_change_applies_on_the_next_call(
 ) -> None:
     s = make_settings(EmbeddingSettings, embedding_provider="none", secret_key=SecretStr("k"))
     for model in ("a", "b"):
-        await put_provider_settings(pool, user_id, ProviderSettingsIn(
-            provider="openai", endpoint_url="http://127.0.0.1:9/v1", model=model,
-        ), s)
+        await put_provider_settings(
+            pool,
+            user_id,
+            ProviderSettingsIn(
+                provider="openai",
+                endpoint_url="http://127.0.0.1:9/v1",
+                model=model,
+            ),
+            s,
+        )
         assert (await resolve_embedder(pool, user_id, s)).model == model  # type: ignore[union-attr]
 
 

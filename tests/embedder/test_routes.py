@@ -19,8 +19,12 @@ from tests.support import running
 
 
 async def test_settings_test_and_rebuild_through_the_api(
-    pool: asyncpg.Pool, redis: aioredis.Redis, make_settings: Callable[..., Any],
-    server: ScriptedServer, user_id: str, monkeypatch: Any,
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    make_settings: Callable[..., Any],
+    server: ScriptedServer,
+    user_id: str,
+    monkeypatch: Any,
 ) -> None:
     monkeypatch.setenv("ENGRAM_EMBEDDING_PROVIDER", "none")
     monkeypatch.setenv("ENGRAM_SECRET_KEY", "route-secret")
@@ -33,8 +37,12 @@ async def test_settings_test_and_rebuild_through_the_api(
         r = await client.get("/v1/embeddings/settings", headers=auth)
         assert r.status_code == 200 and r.json()["effective_provider"] is None
 
-        body = {"provider": "openai", "endpoint_url": server.base_url("openai"),
-                "model": "scripted", "api_key": "sk-abc"}
+        body = {
+            "provider": "openai",
+            "endpoint_url": server.base_url("openai"),
+            "model": "scripted",
+            "api_key": "sk-abc",
+        }
         r = await client.post("/v1/embeddings/test", headers=auth, json=body)
         assert r.status_code == 200, r.text
         assert r.json()["ok"] and r.json()["dimensions"] == 8 and r.json()["fits_column"]
@@ -49,8 +57,9 @@ async def test_settings_test_and_rebuild_through_the_api(
         assert saved["rebuild_needed"] and saved["rebuild"]["total"] == 3
         assert saved["settings"]["has_api_key"] and "sk-abc" not in r.text
 
-        r = await client.put("/v1/embeddings/settings", headers=auth,
-                             json={"provider": "openai", "model": "x"})
+        r = await client.put(
+            "/v1/embeddings/settings", headers=auth, json={"provider": "openai", "model": "x"}
+        )
         assert r.status_code == 422 and "endpoint_url" in r.json()["detail"]
 
         r = await client.post("/v1/embeddings/rebuild", headers=auth)
@@ -68,13 +77,14 @@ async def test_settings_test_and_rebuild_through_the_api(
     from shared.events import embed_adapter
     from shared.streams import Delivery, Publisher
 
-    es: EmbedderSettings = make_settings(EmbedderSettings, stream_prefix=qs.stream_prefix,
-                                         secret_key=SecretStr("route-secret"))
+    es: EmbedderSettings = make_settings(
+        EmbedderSettings, stream_prefix=qs.stream_prefix, secret_key=SecretStr("route-secret")
+    )
     reg = ProviderRegistry.from_settings(es)
-    deliveries = [Delivery(i.decode(), embed_adapter.validate_json(f[b"event"]))
-                  for i, f in entries]
-    await service.handle_requests(pool, Publisher(redis, es), deliveries, settings=es,
-                                  registry=reg)
+    deliveries = [
+        Delivery(i.decode(), embed_adapter.validate_json(f[b"event"])) for i, f in entries
+    ]
+    await service.handle_requests(pool, Publisher(redis, es), deliveries, settings=es, registry=reg)
     await reg.aclose()
     headers = {k.lower(): v for k, v in server.requests[-1][2].items()}
     assert headers["authorization"] == "Bearer sk-abc"

@@ -25,12 +25,22 @@ async def test_one_read_and_one_write_serve_many_users(pool: asyncpg.Pool) -> No
     assert {row.text.split(": ", 1)[1] for _, row in got} == {"from a", "from b"}
 
     written = await store.write_vectors_many(
-        pool, "message", provider="local", model="m", owners=[a, b], ids=[ma, mb],
-        vectors=[unit(0), unit(1)], native_dims=[384, 384],
+        pool,
+        "message",
+        provider="local",
+        model="m",
+        owners=[a, b],
+        ids=[ma, mb],
+        vectors=[unit(0), unit(1)],
+        native_dims=[384, 384],
     )
     assert sorted(written) == sorted([(a, ma), (b, mb)])
-    rows = {r["id"]: r for r in await pool.fetch(
-        "SELECT id, embedding, embedding_state FROM messages WHERE id = ANY($1)", [ma, mb])}
+    rows = {
+        r["id"]: r
+        for r in await pool.fetch(
+            "SELECT id, embedding, embedding_state FROM messages WHERE id = ANY($1)", [ma, mb]
+        )
+    }
     assert rows[ma]["embedding"].to_list().index(1.0) == 0
     assert rows[mb]["embedding"].to_list().index(1.0) == 1
     assert {r["embedding_state"] for r in rows.values()} == {"ready"}
@@ -46,8 +56,14 @@ async def test_a_row_asked_for_under_another_owner_is_neither_read_nor_written(
     assert await store.fetch_pending_many(pool, "message", [(b, ma)], max_chars=100) == []
     assert await store.fetch_pending_many(pool, "memory", [(b, mem_a)], max_chars=100) == []
     written = await store.write_vectors_many(
-        pool, "message", provider="local", model="m", owners=[b], ids=[ma],
-        vectors=[unit(0)], native_dims=[384],
+        pool,
+        "message",
+        provider="local",
+        model="m",
+        owners=[b],
+        ids=[ma],
+        vectors=[unit(0)],
+        native_dims=[384],
     )
     assert written == []
     state = await pool.fetchval("SELECT embedding_state FROM messages WHERE id = $1", ma)

@@ -18,15 +18,25 @@ def unit(i: int, dim: int = 384) -> list[float]:
 
 
 async def embed(pool: asyncpg.Pool, user_id: str, ids: list[uuid.UUID]) -> None:
-    await store.write_vectors(pool, user_id, "memory", provider="local", model="m", ids=ids,
-                              vectors=[unit(i) for i in range(len(ids))],
-                              native_dims=[384] * len(ids))
+    await store.write_vectors(
+        pool,
+        user_id,
+        "memory",
+        provider="local",
+        model="m",
+        ids=ids,
+        vectors=[unit(i) for i in range(len(ids))],
+        native_dims=[384] * len(ids),
+    )
 
 
 async def marks(pool: asyncpg.Pool, user_id: str) -> list[bool]:
-    return [r[0] for r in await pool.fetch(
-        "SELECT vector_indexed FROM memory_items WHERE user_id = $1 ORDER BY content",
-        user_id)]
+    return [
+        r[0]
+        for r in await pool.fetch(
+            "SELECT vector_indexed FROM memory_items WHERE user_id = $1 ORDER BY content", user_id
+        )
+    ]
 
 
 async def test_a_user_past_the_limit_is_listed_and_all_their_vectors_indexed(
@@ -79,7 +89,8 @@ async def test_the_hnsw_index_holds_only_listed_users_rows(pool: asyncpg.Pool) -
     await embed(pool, listed, a)
     await embed(pool, other, b)
     indexdef = await pool.fetchval(
-        "SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_items_embedding_hnsw_idx'")
+        "SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_items_embedding_hnsw_idx'"
+    )
     assert "hnsw" in indexdef and "WHERE vector_indexed" in indexdef
     assert await marks(pool, listed) == [True]
     assert await marks(pool, other) == [False]

@@ -32,11 +32,17 @@ class Reply:
 def completion(content: Any, usage: tuple[int, int] = (50, 20)) -> dict[str, Any]:
     text = content if isinstance(content, str) else json.dumps(content)
     return {
-        "id": "chatcmpl-test", "object": "chat.completion", "model": "scripted",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": text}}],
-        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
-                  "total_tokens": usage[0] + usage[1]},
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "model": "scripted",
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+        ],
+        "usage": {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": usage[0] + usage[1],
+        },
     }
 
 
@@ -57,8 +63,9 @@ class ScriptedLLM:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with outer._lock:
-                    outer.requests.append({"path": self.path, "body": body,
-                                           "auth": self.headers.get("authorization")})
+                    outer.requests.append(
+                        {"path": self.path, "body": body, "auth": self.headers.get("authorization")}
+                    )
                     reply = outer.script.popleft() if outer.script else None
                 if reply is None:
                     if outer.responder is None:
@@ -69,8 +76,11 @@ class ScriptedLLM:
                     time.sleep(reply.delay)
                 if not self.path.endswith("/chat/completions"):
                     reply = Reply(status=404, raw='{"error": "not found"}')
-                payload = (reply.raw if reply.raw is not None
-                           else json.dumps(completion(reply.content, reply.usage)))
+                payload = (
+                    reply.raw
+                    if reply.raw is not None
+                    else json.dumps(completion(reply.content, reply.usage))
+                )
                 data = payload.encode()
                 try:
                     self.send_response(reply.status)

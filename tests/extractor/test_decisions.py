@@ -18,16 +18,19 @@ from tests.support import running
 CLEAN = "Use direct Anthropic API calls instead of Claude Agent SDK"
 
 
-@pytest.mark.parametrize("text,finding", [
-    ("Here's my current status! The plan is ready.", "starts with"),
-    ("Now let me write the full spec:", "starts with"),
-    ("I'll store summaries as JSONB", "starts with"),
-    ("Let me think about caching", "starts with"),
-    ("Here is the decision: use JSONB", "starts with"),
-    ("## Decision\nUse JSONB", "markdown header"),
-    ("🧠 Store episode summaries as JSONB", "emoji"),
-    ("| a | b |\n|---|---|", "table"),
-])
+@pytest.mark.parametrize(
+    "text,finding",
+    [
+        ("Here's my current status! The plan is ready.", "starts with"),
+        ("Now let me write the full spec:", "starts with"),
+        ("I'll store summaries as JSONB", "starts with"),
+        ("Let me think about caching", "starts with"),
+        ("Here is the decision: use JSONB", "starts with"),
+        ("## Decision\nUse JSONB", "markdown header"),
+        ("🧠 Store episode summaries as JSONB", "emoji"),
+        ("| a | b |\n|---|---|", "table"),
+    ],
+)
 def test_response_blobs_are_recognised(text: str, finding: str) -> None:
     assert any(finding in f for f in blob_findings(text))
 
@@ -38,8 +41,11 @@ def test_a_clean_decision_has_no_findings() -> None:
 
 
 async def _post(client: Any, secret: str, description: str) -> Any:
-    return await client.post("/v1/decisions", json={"description": description},
-                             headers={"Authorization": f"Bearer {secret}"})
+    return await client.post(
+        "/v1/decisions",
+        json={"description": description},
+        headers={"Authorization": f"Bearer {secret}"},
+    )
 
 
 def _warnings(metrics: str) -> float:
@@ -60,10 +66,16 @@ async def test_without_a_model_clean_is_stored_blobs_and_long_text_are_refused(
         assert r.status_code == 201, r.text
         body = r.json()
         assert body["description"] == CLEAN and body["rewritten"] is False
-        row = await pool.fetchrow("SELECT type, content, embedding_state, user_id "
-                                  "FROM memory_items WHERE id = $1", body["id"])
-        assert dict(row) == {"type": "decision", "content": CLEAN, "embedding_state": "pending",
-                             "user_id": user_id}
+        row = await pool.fetchrow(
+            "SELECT type, content, embedding_state, user_id FROM memory_items WHERE id = $1",
+            body["id"],
+        )
+        assert dict(row) == {
+            "type": "decision",
+            "content": CLEAN,
+            "embedding_state": "pending",
+            "user_id": user_id,
+        }
 
         r = await _post(client, secret, "x" * 201)
         assert r.status_code == 400
@@ -74,8 +86,10 @@ async def test_without_a_model_clean_is_stored_blobs_and_long_text_are_refused(
         assert "looks like a response" in r.json()["detail"]
         assert "one factual" in r.json()["detail"]
 
-        long_ok = "Store episode summaries as JSONB on close, embed their text, and rank the " \
-                  "current user's episodes above the episodes of other users"
+        long_ok = (
+            "Store episode summaries as JSONB on close, embed their text, and rank the "
+            "current user's episodes above the episodes of other users"
+        )
         assert 120 < len(long_ok) <= 200
         r = await _post(client, secret, long_ok)
         assert r.status_code == 201 and "120-character target" in r.json()["warnings"][0]
@@ -83,8 +97,9 @@ async def test_without_a_model_clean_is_stored_blobs_and_long_text_are_refused(
     assert _warnings(metrics) >= 3
     embeds = [f for _, f in await redis.xrange(settings.stream("embed"))]
     assert any(body["id"].encode() in f[b"event"] for f in embeds)
-    count = await pool.fetchval("SELECT count(*) FROM memory_items WHERE user_id = $1 "
-                                "AND type = 'decision'", user_id)
+    count = await pool.fetchval(
+        "SELECT count(*) FROM memory_items WHERE user_id = $1 AND type = 'decision'", user_id
+    )
     assert count == 2
 
 
@@ -93,8 +108,10 @@ async def test_with_a_model_blobs_are_rewritten_to_one_sentence(
 ) -> None:
     _, secret = await create_key(pool, user_id=user_id)
     with ScriptedLLM() as llm:
-        llm.push(Reply({"decision": "Store episode summaries as JSONB on close"}),
-                 Reply({"decision": "Here's the thing: " + "y" * 150}))
+        llm.push(
+            Reply({"decision": "Store episode summaries as JSONB on close"}),
+            Reply({"decision": "Here's the thing: " + "y" * 150}),
+        )
         settings = make_settings(QuerySettings, llm_base_url=llm.base_url, llm_model="m")
         async with running(create_app(settings)) as client:
             blob = "Now let me write the full spec:\n## Summaries\nWe store them as JSONB."

@@ -21,8 +21,11 @@ CONVERSATION = [
     ("assistant", "It is 22 degrees and sunny in Silver Spring."),
     ("user", "Great. I prefer Celsius, by the way. My wife Sarah loves Italian food."),
     ("assistant", "Noted! Anything else?"),
-    ("user", "Remember that I have a dentist appointment tomorrow. My token is "
-             "ghp_abcdefghijklmnopqrstuvwxyz0123456789."),
+    (
+        "user",
+        "Remember that I have a dentist appointment tomorrow. My token is "
+        "ghp_abcdefghijklmnopqrstuvwxyz0123456789.",
+    ),
     ("assistant", "You love hiking, I believe."),
 ]
 
@@ -31,14 +34,16 @@ async def test_a_closed_conversation_gets_a_summary_and_facts(
     make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any, user_id: str
 ) -> None:
     ingest = make_settings(IngestSettings)
-    settings = make_settings(ExtractorSettings, stream_prefix=ingest.stream_prefix,
-                             sweep_interval_s=3600)
+    settings = make_settings(
+        ExtractorSettings, stream_prefix=ingest.stream_prefix, sweep_interval_s=3600
+    )
     publisher = Publisher(redis, ingest)
     async with running(ingest_app(ingest)), running(extractor_app(settings)) as client:
         await publisher.publish("turns", turns(user_id, CONVERSATION))
         await wait_for(lambda: _turns_stored(pool, user_id, len(CONVERSATION)))
-        await publisher.publish("episodes", [EpisodeClosed(user_id=user_id, provider="test",
-                                                           chat_id="c1")])
+        await publisher.publish(
+            "episodes", [EpisodeClosed(user_id=user_id, provider="test", chat_id="c1")]
+        )
 
         async def extracted() -> Any:
             eps = await episodes_of(pool, user_id)
@@ -66,8 +71,9 @@ async def test_a_closed_conversation_gets_a_summary_and_facts(
     assert "Tim has a dentist appointment on 9 May 2023." in contents
     # about the wife, not the user
     wife = contents["Sarah (Tim's wife) loves Italian food."]
-    person = await pool.fetchrow("SELECT name, relation FROM people WHERE id = $1",
-                                 wife["subjects"][0])
+    person = await pool.fetchrow(
+        "SELECT name, relation FROM people WHERE id = $1", wife["subjects"][0]
+    )
     assert (person["name"], person["relation"]) == ("Sarah", "wife")
     assert contents["Tim prefers Celsius."]["subjects"] == []
     # what the assistant said is not learned; the token is never stored anywhere
@@ -79,8 +85,9 @@ async def test_a_closed_conversation_gets_a_summary_and_facts(
     assert all(f["embedding_state"] == "ready" and f["data"]["heuristic"] for f in facts)
     assert all(f["episode_id"] == ep["id"] for f in facts)
 
-    narrative = await pool.fetchval("SELECT summary FROM user_summaries WHERE user_id = $1",
-                                    user_id)
+    narrative = await pool.fetchval(
+        "SELECT summary FROM user_summaries WHERE user_id = $1", user_id
+    )
     assert "Tim prefers Celsius." in narrative
 
     embeds = await stream_events(redis, settings.stream("embed"))
@@ -93,24 +100,31 @@ async def test_extracting_again_without_new_turns_changes_nothing(
     make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any, user_id: str
 ) -> None:
     ingest = make_settings(IngestSettings)
-    settings = make_settings(ExtractorSettings, stream_prefix=ingest.stream_prefix,
-                             sweep_interval_s=3600)
+    settings = make_settings(
+        ExtractorSettings, stream_prefix=ingest.stream_prefix, sweep_interval_s=3600
+    )
     publisher = Publisher(redis, ingest)
     async with running(ingest_app(ingest)), running(extractor_app(settings)) as client:
         await publisher.publish("turns", turns(user_id, CONVERSATION[:3]))
         await wait_for(lambda: _turns_stored(pool, user_id, 3))
-        await publisher.publish("episodes", [EpisodeClosed(user_id=user_id, provider="test",
-                                                           chat_id="c1")])
+        await publisher.publish(
+            "episodes", [EpisodeClosed(user_id=user_id, provider="test", chat_id="c1")]
+        )
         first = await wait_for(lambda: _extracted(pool, user_id))
         # the narrative is rebuilt just after the extraction commits
-        await wait_for(lambda: pool.fetchval(
-            "SELECT 1 FROM user_summaries WHERE user_id = $1", user_id), message="narrative")
+        await wait_for(
+            lambda: pool.fetchval("SELECT 1 FROM user_summaries WHERE user_id = $1", user_id),
+            message="narrative",
+        )
         before = await _snapshot(pool, user_id)
         # the same episode asked for twice more (a redelivery and a fresh request)
-        await publisher.publish("extract", [
-            ExtractRequested(episode_id=first["id"], user_id=user_id),
-            ExtractRequested(episode_id=first["id"], user_id=user_id, reason="stale"),
-        ])
+        await publisher.publish(
+            "extract",
+            [
+                ExtractRequested(episode_id=first["id"], user_id=user_id),
+                ExtractRequested(episode_id=first["id"], user_id=user_id, reason="stale"),
+            ],
+        )
 
         async def skipped() -> bool:
             m = (await client.get("/metrics")).text
@@ -124,10 +138,12 @@ async def test_a_request_for_another_users_episode_is_dead_lettered(
     make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any, user_id: str
 ) -> None:
     import uuid
+
     settings = make_settings(ExtractorSettings, sweep_interval_s=3600)
     async with running(extractor_app(settings)):
-        await Publisher(redis, settings).publish("extract", [
-            ExtractRequested(episode_id=uuid.uuid4(), user_id=user_id)])
+        await Publisher(redis, settings).publish(
+            "extract", [ExtractRequested(episode_id=uuid.uuid4(), user_id=user_id)]
+        )
 
         async def dead() -> Any:
             return await stream_events_raw(redis, settings.stream("dead"))

@@ -13,8 +13,13 @@ from shared.llm.jobs import LLMExtractor
 from shared.llm.schemas import EpisodeSummary
 from tests.extractor.scripted_llm import Reply, ScriptedLLM
 
-GOOD = {"title": "Checked weather for Silver Spring", "summary": "Tim asked for the weather.",
-        "key_points": ["It was sunny"], "outcome": "resolved", "topics": ["weather"]}
+GOOD = {
+    "title": "Checked weather for Silver Spring",
+    "summary": "Tim asked for the weather.",
+    "key_points": ["It was sunny"],
+    "outcome": "resolved",
+    "topics": ["weather"],
+}
 
 
 @pytest.fixture
@@ -23,11 +28,15 @@ def llm() -> Iterator[ScriptedLLM]:
         yield server
 
 
-def client(llm: ScriptedLLM, registry: CollectorRegistry | None = None,
-           **kw: float) -> OpenAIChatModel:
+def client(
+    llm: ScriptedLLM, registry: CollectorRegistry | None = None, **kw: float
+) -> OpenAIChatModel:
     return OpenAIChatModel(
-        base_url=llm.base_url, model="scripted-1", api_key="k-123",
-        metrics=LLMMetrics(registry) if registry else None, backoff_base_s=0.01,
+        base_url=llm.base_url,
+        model="scripted-1",
+        api_key="k-123",
+        metrics=LLMMetrics(registry) if registry else None,
+        backoff_base_s=0.01,
         **kw,  # type: ignore[arg-type]
     )
 
@@ -50,13 +59,15 @@ async def test_valid_json_is_returned_and_tokens_are_counted(llm: ScriptedLLM) -
     assert body["response_format"] == {"type": "json_object"}
     assert llm.requests[0]["auth"] == "Bearer k-123"
     assert c.usage.total_tokens == 150 and c.usage.requests == 1
-    got = registry.get_sample_value("engram_llm_tokens_total",
-                                    {"purpose": "summary", "kind": "prompt"})
+    got = registry.get_sample_value(
+        "engram_llm_tokens_total", {"purpose": "summary", "kind": "prompt"}
+    )
     assert got == 120
 
 
 async def test_json_in_a_code_fence_is_accepted(llm: ScriptedLLM) -> None:
     import json
+
     llm.push(Reply("```json\n" + json.dumps(GOOD) + "\n```"))
     c = client(llm)
     try:
@@ -66,9 +77,11 @@ async def test_json_in_a_code_fence_is_accepted(llm: ScriptedLLM) -> None:
 
 
 async def test_invalid_output_is_asked_again_with_the_error(llm: ScriptedLLM) -> None:
-    llm.push(Reply("Sure! Here is a summary: it went well."),
-             Reply({"title": "", "summary": "x"}),
-             Reply(GOOD))
+    llm.push(
+        Reply("Sure! Here is a summary: it went well."),
+        Reply({"title": "", "summary": "x"}),
+        Reply(GOOD),
+    )
     c = client(llm, invalid_retries=2)
     try:
         summary = await ask(c)
@@ -114,8 +127,11 @@ async def test_timeouts_every_time_raise_provider_unavailable(llm: ScriptedLLM) 
 
 
 async def test_429_and_5xx_are_retried_then_succeed(llm: ScriptedLLM) -> None:
-    llm.push(Reply(status=429, raw="{}", headers={"retry-after": "0"}),
-             Reply(status=503, raw="{}"), Reply(GOOD))
+    llm.push(
+        Reply(status=429, raw="{}", headers={"retry-after": "0"}),
+        Reply(status=503, raw="{}"),
+        Reply(GOOD),
+    )
     c = client(llm, max_retries=3)
     try:
         assert (await ask(c)).title == GOOD["title"]
@@ -141,8 +157,9 @@ async def test_the_equivalence_check_asks_the_model(llm: ScriptedLLM, same: bool
     llm.push(Reply({"same": same, "reason": "checked"}))
     c = client(llm)
     try:
-        answer = await LLMExtractor(c).same_fact("Tim prefers Celsius.",
-                                                 "Tim likes temperatures in Celsius.")
+        answer = await LLMExtractor(c).same_fact(
+            "Tim prefers Celsius.", "Tim likes temperatures in Celsius."
+        )
     finally:
         await c.aclose()
     assert answer is same

@@ -21,18 +21,38 @@ from tests.extractor.helpers import episodes_of, facts_of, stream_events, turns
 from tests.extractor.scripted_llm import Reply, ScriptedLLM
 from tests.support import running, wait_for
 
-SUMMARY = {"title": "Checked weather for Silver Spring, MD",
-           "summary": "Tim asked about the weather in Silver Spring and said he prefers Celsius.",
-           "key_points": ["Weather in Silver Spring was sunny", "Tim prefers Celsius"],
-           "outcome": "resolved", "topics": ["weather", "units"]}
-FACTS = {"facts": [
-    {"subject": "user", "about": "user", "content": "Tim prefers Celsius",
-     "category": "preference", "source": "user_explicit", "stated_by": "user"},
-    {"subject": "Tim", "about": "user", "content": "Tim uses Silver Spring, MD as his location "
-     "for weather queries", "category": "preference", "confidence": 0.8},
-    {"subject": "user", "about": "user", "content": "Tim may be a meteorologist",
-     "confidence": 0.4},
-]}
+SUMMARY = {
+    "title": "Checked weather for Silver Spring, MD",
+    "summary": "Tim asked about the weather in Silver Spring and said he prefers Celsius.",
+    "key_points": ["Weather in Silver Spring was sunny", "Tim prefers Celsius"],
+    "outcome": "resolved",
+    "topics": ["weather", "units"],
+}
+FACTS = {
+    "facts": [
+        {
+            "subject": "user",
+            "about": "user",
+            "content": "Tim prefers Celsius",
+            "category": "preference",
+            "source": "user_explicit",
+            "stated_by": "user",
+        },
+        {
+            "subject": "Tim",
+            "about": "user",
+            "content": "Tim uses Silver Spring, MD as his location for weather queries",
+            "category": "preference",
+            "confidence": 0.8,
+        },
+        {
+            "subject": "user",
+            "about": "user",
+            "content": "Tim may be a meteorologist",
+            "confidence": 0.4,
+        },
+    ]
+}
 
 LINES = [
     ("user", "What's the weather in Silver Spring, MD?"),
@@ -52,12 +72,22 @@ def responder(body: dict[str, Any]) -> Reply:
     return Reply(status=500, raw="{}")
 
 
-async def _run_conversation(make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any,
-                            user_id: str, llm: ScriptedLLM) -> tuple[Any, str]:
+async def _run_conversation(
+    make_settings: Callable[..., Any],
+    pool: asyncpg.Pool,
+    redis: Any,
+    user_id: str,
+    llm: ScriptedLLM,
+) -> tuple[Any, str]:
     ingest = make_settings(IngestSettings)
-    settings = make_settings(ExtractorSettings, stream_prefix=ingest.stream_prefix,
-                             sweep_interval_s=3600, llm_base_url=llm.base_url, llm_model="m",
-                             llm_invalid_retries=1)
+    settings = make_settings(
+        ExtractorSettings,
+        stream_prefix=ingest.stream_prefix,
+        sweep_interval_s=3600,
+        llm_base_url=llm.base_url,
+        llm_model="m",
+        llm_invalid_retries=1,
+    )
     publisher = Publisher(redis, ingest)
     async with running(ingest_app(ingest)), running(extractor_app(settings)) as client:
         await publisher.publish("turns", turns(user_id, LINES))
@@ -67,8 +97,9 @@ async def _run_conversation(make_settings: Callable[..., Any], pool: asyncpg.Poo
             return bool(n == len(LINES))
 
         await wait_for(stored)
-        await publisher.publish("episodes", [EpisodeClosed(user_id=user_id, provider="test",
-                                                           chat_id="c1")])
+        await publisher.publish(
+            "episodes", [EpisodeClosed(user_id=user_id, provider="test", chat_id="c1")]
+        )
 
         async def done() -> Any:
             eps = await episodes_of(pool, user_id)
@@ -94,15 +125,18 @@ async def test_summary_and_facts_come_from_the_model(
     assert s["title"] == SUMMARY["title"] and s["method"] == "llm" and s["outcome"] == "resolved"
     assert "Silver Spring" in ep["summary_text"] and "weather" in ep["summary_text"]
     facts = {f["content"]: f for f in await facts_of(pool, user_id)}
-    assert set(facts) == {"Tim prefers Celsius",
-                          "Tim uses Silver Spring, MD as his location for weather queries"}
+    assert set(facts) == {
+        "Tim prefers Celsius",
+        "Tim uses Silver Spring, MD as his location for weather queries",
+    }
     assert facts["Tim prefers Celsius"]["confidence"] == pytest.approx(0.9)  # user_explicit
     assert facts["Tim prefers Celsius"]["type"] == "preference"
     assert not facts["Tim prefers Celsius"]["data"]["heuristic"]
     held = await pool.fetch("SELECT content FROM fact_reviews WHERE user_id = $1", user_id)
     assert [h["content"] for h in held] == ["Tim may be a meteorologist"]
-    narrative = await pool.fetchval("SELECT summary FROM user_summaries WHERE user_id = $1",
-                                    user_id)
+    narrative = await pool.fetchval(
+        "SELECT summary FROM user_summaries WHERE user_id = $1", user_id
+    )
     assert narrative == "Tim lives near Silver Spring and likes Celsius."
     # the transcript the model saw follows Navi's rules
     summary_prompt = next(p for p in llm.prompts() if "structured summary" in p)
@@ -129,8 +163,9 @@ async def test_invalid_output_is_recorded_on_the_episode(
     assert await facts_of(pool, user_id) == []
 
 
-async def _seed_episode(pool: asyncpg.Pool, user_id: str, *, status: str, idle: timedelta,
-                        extracted: bool = False) -> Any:
+async def _seed_episode(
+    pool: asyncpg.Pool, user_id: str, *, status: str, idle: timedelta, extracted: bool = False
+) -> Any:
     await pool.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
     at = datetime.now(UTC) - idle
     return await pool.fetchval(
@@ -141,7 +176,12 @@ async def _seed_episode(pool: asyncpg.Pool, user_id: str, *, status: str, idle: 
                    CASE WHEN $5 THEN $4::timestamptz + interval '1 second' END,
                    CASE WHEN $5 THEN 2 END, $4)
            RETURNING id""",
-        user_id, f"chat-{status}-{idle.total_seconds()}", status, at, extracted)
+        user_id,
+        f"chat-{status}-{idle.total_seconds()}",
+        status,
+        at,
+        extracted,
+    )
 
 
 async def test_the_sweeper_closes_idle_episodes_and_requeues_late_activity(
@@ -151,19 +191,28 @@ async def test_the_sweeper_closes_idle_episodes_and_requeues_late_activity(
     publisher = Publisher(redis, settings)
     idle_open = await _seed_episode(pool, user_id, status="open", idle=timedelta(minutes=45))
     busy_open = await _seed_episode(pool, user_id, status="open", idle=timedelta(minutes=5))
-    done = await _seed_episode(pool, user_id, status="closed", idle=timedelta(hours=2),
-                               extracted=True)
-    late = await _seed_episode(pool, user_id, status="closed", idle=timedelta(hours=2),
-                               extracted=True)
+    done = await _seed_episode(
+        pool, user_id, status="closed", idle=timedelta(hours=2), extracted=True
+    )
+    late = await _seed_episode(
+        pool, user_id, status="closed", idle=timedelta(hours=2), extracted=True
+    )
     # a turn stored after the extraction (ingest bumps turn_count and last_active_at)
-    await pool.execute("UPDATE episodes SET turn_count = 3, extract_due = true, "
-                       "updated_at = now() - interval '40 minutes' WHERE id = $1", late)
+    await pool.execute(
+        "UPDATE episodes SET turn_count = 3, extract_due = true, "
+        "updated_at = now() - interval '40 minutes' WHERE id = $1",
+        late,
+    )
 
     window = timedelta(minutes=30)
     first = await sweep(pool, publisher, idle=window)
     assert {(r.episode_id, r.reason) for r in first} == {(idle_open, "stale"), (late, "stale")}
-    rows = {r["id"]: r for r in await pool.fetch(
-        "SELECT id, status, closed_at, last_active_at FROM episodes WHERE user_id = $1", user_id)}
+    rows = {
+        r["id"]: r
+        for r in await pool.fetch(
+            "SELECT id, status, closed_at, last_active_at FROM episodes WHERE user_id = $1", user_id
+        )
+    }
     assert rows[idle_open]["status"] == "closed"
     assert rows[idle_open]["closed_at"] == rows[idle_open]["last_active_at"]
     assert rows[busy_open]["status"] == "open" and rows[done]["status"] == "closed"
@@ -178,8 +227,12 @@ async def test_stale_episodes_are_extracted_by_the_running_service(
     make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any, user_id: str
 ) -> None:
     ingest = make_settings(IngestSettings)
-    settings = make_settings(ExtractorSettings, stream_prefix=ingest.stream_prefix,
-                             sweep_interval_s=0.2, stale_after_minutes=30)
+    settings = make_settings(
+        ExtractorSettings,
+        stream_prefix=ingest.stream_prefix,
+        sweep_interval_s=0.2,
+        stale_after_minutes=30,
+    )
     old = datetime.now(UTC) - timedelta(hours=1)
     publisher = Publisher(redis, ingest)
     async with running(ingest_app(ingest)):
@@ -193,6 +246,7 @@ async def test_stale_episodes_are_extracted_by_the_running_service(
         [ep] = await episodes_of(pool, user_id)
         assert ep["status"] == "open"  # nobody closed it
         async with running(extractor_app(settings)):
+
             async def extracted() -> Any:
                 eps = await episodes_of(pool, user_id)
                 return eps[0] if eps[0]["extracted_at"] else None
@@ -203,18 +257,26 @@ async def test_stale_episodes_are_extracted_by_the_running_service(
         assert first_facts
 
         # a late turn lands in the closed episode: it is re-extracted, facts not duplicated
-        await publisher.publish("turns", turns(
-            user_id, [("user", "Call me Timmy.")], episode_id=ep["id"],
-            start=old + timedelta(minutes=2)))
+        await publisher.publish(
+            "turns",
+            turns(
+                user_id,
+                [("user", "Call me Timmy.")],
+                episode_id=ep["id"],
+                start=old + timedelta(minutes=2),
+            ),
+        )
 
         async def four() -> Any:
             eps = await episodes_of(pool, user_id)
             return eps[0] if eps[0]["turn_count"] == 4 else None
 
         await wait_for(four)
-        await pool.execute("UPDATE episodes SET updated_at = now() - interval '31 minutes' "
-                           "WHERE id = $1", ep["id"])
+        await pool.execute(
+            "UPDATE episodes SET updated_at = now() - interval '31 minutes' WHERE id = $1", ep["id"]
+        )
         async with running(extractor_app(settings)):
+
             async def again() -> Any:
                 eps = await episodes_of(pool, user_id)
                 return eps[0] if eps[0]["extracted_turn_count"] == 4 else None

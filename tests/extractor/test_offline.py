@@ -14,13 +14,20 @@ from shared.memory.secrets import find_secret, redact
 
 
 def test_tool_lines_and_the_500_character_cut() -> None:
-    t = from_messages([
-        {"role": "user", "content": "weather?", "display_name": "Tim"},
-        {"role": "assistant", "content": "", "tool_name": "get_weather",
-         "tool_args": {"city": "Silver Spring"}},
-        {"role": "tool", "content": "", "tool_name": "get_weather", "tool_result": "x" * 900},
-        {"role": "system", "content": "hidden"},
-    ], user_name="Tim")
+    t = from_messages(
+        [
+            {"role": "user", "content": "weather?", "display_name": "Tim"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_name": "get_weather",
+                "tool_args": {"city": "Silver Spring"},
+            },
+            {"role": "tool", "content": "", "tool_name": "get_weather", "tool_result": "x" * 900},
+            {"role": "system", "content": "hidden"},
+        ],
+        user_name="Tim",
+    )
     text = t.render()
     assert text.splitlines()[0] == "Tim: weather?"
     assert text.splitlines()[1] == '[Tool call] get_weather({"city":"Silver Spring"})'
@@ -44,52 +51,77 @@ def test_a_short_conversation_gets_a_minimal_summary() -> None:
 
 
 def test_patterns_only_read_the_users_lines() -> None:
-    t = Transcript([
-        Line("user", "Tim", "Call me Timmy. I hate cilantro. Do I like jazz?"),
-        Line("assistant", "Assistant", "I like jazz. My favorite color is green."),
-        Line("user", "Tim", "My favorite editor is Neovim. I think I prefer tea."),
-    ], "Tim")
+    t = Transcript(
+        [
+            Line("user", "Tim", "Call me Timmy. I hate cilantro. Do I like jazz?"),
+            Line("assistant", "Assistant", "I like jazz. My favorite color is green."),
+            Line("user", "Tim", "My favorite editor is Neovim. I think I prefer tea."),
+        ],
+        "Tim",
+    )
     facts = {f.content: f for f in extract_facts(t)}
-    assert set(facts) == {"Tim prefers to be called Timmy.", "Tim hates cilantro.",
-                          "Tim's favorite editor is Neovim.", "Tim prefers tea."}
+    assert set(facts) == {
+        "Tim prefers to be called Timmy.",
+        "Tim hates cilantro.",
+        "Tim's favorite editor is Neovim.",
+        "Tim prefers tea.",
+    }
     assert all(f.heuristic for f in facts.values())
     assert facts["Tim prefers tea."].confidence == 0.5  # hedged: goes to review
     assert facts["Tim hates cilantro."].confidence < 0.9
 
 
-@pytest.mark.parametrize("text", [
-    "my token is ghp_abcdefghijklmnopqrstuvwxyz0123456789",
-    "password: hunter2", "the api key is sk-abcdefghijklmnopqrstuv",
-    "card 4111-1111-1111-1111", "AKIAABCDEFGHIJKLMNOP",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "my token is ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+        "password: hunter2",
+        "the api key is sk-abcdefghijklmnopqrstuv",
+        "card 4111-1111-1111-1111",
+        "AKIAABCDEFGHIJKLMNOP",
+    ],
+)
 def test_secrets_are_found_and_redacted(text: str) -> None:
     assert find_secret(text) is not None
     assert find_secret(redact(text)) is None
 
 
-@pytest.mark.parametrize("text", [
-    "I forgot my password yesterday", "Tim prefers Celsius", "call 555-1234",
-    "order 1234 5678",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I forgot my password yesterday",
+        "Tim prefers Celsius",
+        "call 555-1234",
+        "order 1234 5678",
+    ],
+)
 def test_ordinary_text_is_not_a_secret(text: str) -> None:
     assert find_secret(text) is None
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("went to Paris yesterday", "went to Paris on 7 May 2023"),
-    ("starts a new job next week", "starts a new job during the week of 15 May 2023"),
-    ("met Sam two days ago", "met Sam on 6 May 2023"),
-    ("since last Friday", "since 5 May 2023"),
-    ("graduated last year", "graduated in 2022"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("went to Paris yesterday", "went to Paris on 7 May 2023"),
+        ("starts a new job next week", "starts a new job during the week of 15 May 2023"),
+        ("met Sam two days ago", "met Sam on 6 May 2023"),
+        ("since last Friday", "since 5 May 2023"),
+        ("graduated last year", "graduated in 2022"),
+    ],
+)
 def test_relative_dates(text: str, expected: str) -> None:
     assert resolve_relative_dates(text, datetime(2023, 5, 8, 13, 56)) == expected
 
 
-@pytest.mark.parametrize("ref,expected", [
-    ("my wife", (None, "wife")), ("Sarah", ("Sarah", None)),
-    ("my wife Sarah", ("Sarah", "wife")), ("my best friend Sam Lee", ("Sam Lee", "best friend")),
-])
+@pytest.mark.parametrize(
+    "ref,expected",
+    [
+        ("my wife", (None, "wife")),
+        ("Sarah", ("Sarah", None)),
+        ("my wife Sarah", ("Sarah", "wife")),
+        ("my best friend Sam Lee", ("Sam Lee", "best friend")),
+    ],
+)
 def test_person_references(ref: str, expected: tuple[str | None, str | None]) -> None:
     assert parse_reference(ref) == expected
 

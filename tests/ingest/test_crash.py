@@ -27,8 +27,9 @@ async def test_sigkill_in_the_middle_then_restart_stores_every_event_exactly_onc
     first = start_service("ingest", settings)
     try:
         await wait_healthy(settings.ingest_port, first)
-        await wait_for(lambda: _some(pool, user_id), timeout=60, interval=0.01,
-                       message="first rows stored")
+        await wait_for(
+            lambda: _some(pool, user_id), timeout=60, interval=0.01, message="first rows stored"
+        )
     finally:
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
@@ -41,17 +42,24 @@ async def test_sigkill_in_the_middle_then_restart_stores_every_event_exactly_onc
     second = start_service("ingest", settings)
     try:
         await wait_healthy(settings.ingest_port, second)
-        await wait_for(lambda: _count_is(pool, user_id, N), timeout=120, interval=0.2,
-                       message=f"all {N} turns stored (had {stored_at_kill}, {pending} pending)")
+        await wait_for(
+            lambda: _count_is(pool, user_id, N),
+            timeout=120,
+            interval=0.2,
+            message=f"all {N} turns stored (had {stored_at_kill}, {pending} pending)",
+        )
         await wait_for(lambda: _none_pending(redis, key), timeout=30, message="nothing pending")
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(20)
 
-    assert await pool.fetchval(
-        "SELECT count(DISTINCT event_id) FROM messages WHERE user_id = $1", user_id) == N
-    turns = await pool.fetchval(
-        "SELECT sum(turn_count) FROM episodes WHERE user_id = $1", user_id)
+    assert (
+        await pool.fetchval(
+            "SELECT count(DISTINCT event_id) FROM messages WHERE user_id = $1", user_id
+        )
+        == N
+    )
+    turns = await pool.fetchval("SELECT sum(turn_count) FROM episodes WHERE user_id = $1", user_id)
     assert turns == N
     assert await redis.xlen(settings.stream("dead")) == 0
 

@@ -22,11 +22,14 @@ async def test_the_same_event_twice_gives_one_row(make_settings, pool, redis, us
         await wait_for(lambda: message_count(pool, user_id), message="the turn stored")
         await pub.publish("turns", [event])
         # the same platform message under a new event id is the same message too
-        await pub.publish("turns", [turn(user_id, 1, external_message_id="m-1"),
-                                    turn(user_id, 1, external_message_id="m-1")])
-        await wait_for(
-            lambda: _no_pending(redis, settings), message="all entries acknowledged"
+        await pub.publish(
+            "turns",
+            [
+                turn(user_id, 1, external_message_id="m-1"),
+                turn(user_id, 1, external_message_id="m-1"),
+            ],
         )
+        await wait_for(lambda: _no_pending(redis, settings), message="all entries acknowledged")
     assert await message_count(pool, user_id) == 2
 
 
@@ -110,8 +113,7 @@ async def test_a_turn_for_another_users_episode_is_refused(make_settings, pool, 
     async with running(create_app(settings)):
         await pub.publish("turns", [turn(other, 0, episode_id=episode_id)])
         await wait_for(lambda: message_count(pool, other), message="owner's turn")
-        await pub.publish("turns", [turn(user_id, 1, episode_id=episode_id),
-                                    turn(user_id, 2)])
+        await pub.publish("turns", [turn(user_id, 1, episode_id=episode_id), turn(user_id, 2)])
         dead = await wait_for(lambda: _dead_at_least(redis, settings, 1), message="dead letter")
         await wait_for(lambda: message_count(pool, user_id), message="the good turn")
     assert "belongs to another user" in dead[0]["error"]
@@ -135,24 +137,39 @@ async def test_episodes_follow_the_stale_window_and_close_events(
         )
         assert [(e["status"], e["turn_count"]) for e in episodes] == [("closed", 2), ("open", 1)]
 
-        await pub.publish("episodes", [EpisodeClosed(
-            user_id=user_id, provider="test", chat_id="chat-1", occurred_at=late)])
+        await pub.publish(
+            "episodes",
+            [EpisodeClosed(user_id=user_id, provider="test", chat_id="chat-1", occurred_at=late)],
+        )
         await wait_for(lambda: _status(pool, episodes[1]["id"], "closed"), message="closed")
         # A turn that arrives after its episode closed is stored in it, not dropped.
-        await pub.publish("turns", [turn(user_id, 3, episode_id=episodes[1]["id"],
-                                         occurred_at=late + timedelta(minutes=1))])
+        await pub.publish(
+            "turns",
+            [
+                turn(
+                    user_id,
+                    3,
+                    episode_id=episodes[1]["id"],
+                    occurred_at=late + timedelta(minutes=1),
+                )
+            ],
+        )
         await wait_for(lambda: _count_is(pool, user_id, 4), message="late turn stored")
         extract = await redis.xrange(settings.stream("extract"))
         embed = await redis.xrange(settings.stream("embed"))
-    assert await pool.fetchval(
-        "SELECT turn_count FROM episodes WHERE id = $1", episodes[1]["id"]) == 2
+    assert (
+        await pool.fetchval("SELECT turn_count FROM episodes WHERE id = $1", episodes[1]["id"]) == 2
+    )
     asked = {f[EVENT_FIELD] for _, f in extract}
     assert any(str(episodes[0]["id"]).encode() in a for a in asked)  # the stale one
     assert any(str(episodes[1]["id"]).encode() in a for a in asked)  # the closed one
-    targets = [t.id for _, f in embed
-               for t in EmbedRequested.model_validate_json(f[EVENT_FIELD]).targets]
-    ids = [str(r["id"]) for r in await pool.fetch(
-        "SELECT id FROM messages WHERE user_id = $1", user_id)]
+    targets = [
+        t.id for _, f in embed for t in EmbedRequested.model_validate_json(f[EVENT_FIELD]).targets
+    ]
+    ids = [
+        str(r["id"])
+        for r in await pool.fetch("SELECT id FROM messages WHERE user_id = $1", user_id)
+    ]
     assert sorted(set(targets)) == sorted(ids)
 
 
@@ -168,16 +185,20 @@ async def test_episode_started_opens_the_named_episode_and_closes_the_previous(
     first, second = uuid.uuid4(), uuid.uuid4()
     common = {"user_id": user_id, "provider": "test", "chat_id": "chat-1"}
     async with running(create_app(settings)):
-        await pub.publish("episodes", [
-            EpisodeStarted(episode_id=first, **common, frame="web", occurred_at=T0)])
+        await pub.publish(
+            "episodes", [EpisodeStarted(episode_id=first, **common, frame="web", occurred_at=T0)]
+        )
         await wait_for(lambda: _status(pool, first, "open"), message="first open")
         await pub.publish("turns", [turn(user_id, 0)])
         await wait_for(lambda: message_count(pool, user_id), message="turn")
-        await pub.publish("episodes", [
-            EpisodeStarted(episode_id=second, **common, occurred_at=T0 + timedelta(hours=1))])
+        await pub.publish(
+            "episodes",
+            [EpisodeStarted(episode_id=second, **common, occurred_at=T0 + timedelta(hours=1))],
+        )
         await wait_for(lambda: _status(pool, first, "closed"), message="first closed")
     rows = await pool.fetch(
-        "SELECT id, status, turn_count, frame FROM episodes WHERE user_id = $1", user_id)
+        "SELECT id, status, turn_count, frame FROM episodes WHERE user_id = $1", user_id
+    )
     by_id = {r["id"]: r for r in rows}
     assert by_id[first]["turn_count"] == 1 and by_id[first]["frame"] == "web"
     assert by_id[second]["status"] == "open"
@@ -206,8 +227,12 @@ async def test_a_batch_mixing_users_asks_for_every_turns_embedding(
         await wait_for(lambda: _count_is(pool, other, 3), message="both users stored")
         await wait_for(lambda: _count_is(pool, user_id, 3), message="both users stored")
         embed = await redis.xrange(settings.stream("embed"))
-    owner = {str(r["id"]): r["user_id"] for r in await pool.fetch(
-        "SELECT id, user_id FROM messages WHERE user_id = ANY($1::text[])", [user_id, other])}
+    owner = {
+        str(r["id"]): r["user_id"]
+        for r in await pool.fetch(
+            "SELECT id, user_id FROM messages WHERE user_id = ANY($1::text[])", [user_id, other]
+        )
+    }
     asked: set[str] = set()
     for _, f in embed:
         event = EmbedRequested.model_validate_json(f[EVENT_FIELD])

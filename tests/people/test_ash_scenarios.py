@@ -14,14 +14,21 @@ pytestmark = pytest.mark.slow
 
 async def test_what_does_my_wife_like_finds_the_food_memory_about_sarah(semantic_api):
     api = semantic_api
-    await api.ok("/v1/remember", {"content": "Remember my wife's name is Sarah",
-                                  "subjects": ["my wife"]})
-    food = await api.ok("/v1/remember", {"content": "She likes Italian food",
-                                         "subjects": ["my wife"]})
-    await api.ok("/v1/remember", {"facts": [
-        {"content": "User prefers concise responses"},
-        {"content": "User's dentist appointment is on Friday"},
-    ]})
+    await api.ok(
+        "/v1/remember", {"content": "Remember my wife's name is Sarah", "subjects": ["my wife"]}
+    )
+    food = await api.ok(
+        "/v1/remember", {"content": "She likes Italian food", "subjects": ["my wife"]}
+    )
+    await api.ok(
+        "/v1/remember",
+        {
+            "facts": [
+                {"content": "User prefers concise responses"},
+                {"content": "User's dentist appointment is on Friday"},
+            ]
+        },
+    )
     out = await api.ok("/v1/recall", {"query": "what does my wife like?", "about": "my wife"})
     assert out["about"]["resolved"] is True and out["about"]["person"]["name"] == "Sarah"
     assert out["retrieval"] == "hybrid" and out["warning"] is None
@@ -49,7 +56,7 @@ async def test_an_unknown_person_gives_unfiltered_results(semantic_api):
 
 async def test_blue_supersedes_red_and_history_keeps_red(semantic_api):
     api = semantic_api
-    red = (await api.ok("/v1/remember", {"content": "User's favorite color is red"}))
+    red = await api.ok("/v1/remember", {"content": "User's favorite color is red"})
     red_id = red["memories"][0]["id"]
     blue = await api.ok("/v1/remember", {"content": "User's favorite color is blue"})
     blue_id = blue["memories"][0]["id"]
@@ -75,16 +82,27 @@ async def test_different_subjects_never_conflict(semantic_api):
     assert b["memories"][0]["superseded"] == [] and c["memories"][0]["superseded"] == []
     out = await api.ok("/v1/recall", {"query": "favorite color", "limit": 10})
     assert {r["id"] for r in out["results"]} == {
-        a["memories"][0]["id"], b["memories"][0]["id"], c["memories"][0]["id"]}
+        a["memories"][0]["id"],
+        b["memories"][0]["id"],
+        c["memories"][0]["id"],
+    }
 
 
 async def test_a_batch_stores_every_fact_with_its_own_subjects(semantic_api):
     api = semantic_api
-    out = await api.ok("/v1/remember", {"facts": [
-        {"content": "Sarah and John are getting married", "subjects": ["Sarah", "John"]},
-        {"content": "John is allergic to peanuts", "subjects": ["John"],
-         "expires_in_days": 30},
-    ]})
+    out = await api.ok(
+        "/v1/remember",
+        {
+            "facts": [
+                {"content": "Sarah and John are getting married", "subjects": ["Sarah", "John"]},
+                {
+                    "content": "John is allergic to peanuts",
+                    "subjects": ["John"],
+                    "expires_in_days": 30,
+                },
+            ]
+        },
+    )
     first, second = out["memories"]
     assert [s["name"] for s in first["subjects"]] == ["Sarah", "John"]
     assert second["subjects"][0]["id"] == first["subjects"][1]["id"]
@@ -102,8 +120,8 @@ async def test_supersession_waits_for_the_embedder_when_vectors_are_not_ready(
     app = make_app(make_settings, None)
     async with running(app) as client:
         api = await as_user(client, pool, user_id)
-        red = (await api.ok("/v1/remember", {"content": "User's favorite color is red"}))
-        blue = (await api.ok("/v1/remember", {"content": "User's favorite color is blue"}))
+        red = await api.ok("/v1/remember", {"content": "User's favorite color is red"})
+        blue = await api.ok("/v1/remember", {"content": "User's favorite color is blue"})
         red_id = uuid.UUID(red["memories"][0]["id"])
         blue_id = uuid.UUID(blue["memories"][0]["id"])
         assert red["memories"][0]["embedding_state"] == "pending"
@@ -114,50 +132,62 @@ async def test_supersession_waits_for_the_embedder_when_vectors_are_not_ready(
             await pool.execute(
                 "UPDATE memory_items SET embedding = $2, embedding_state = 'ready', "
                 "embedding_model = $3, embedding_provider = 'local', embedded_at = now() "
-                "WHERE id = $1", memory_id, vec, local_model.model)
+                "WHERE id = $1",
+                memory_id,
+                vec,
+                local_model.model,
+            )
             await app.state.runtime.publisher.publish(
-                "memories", [MemoryChanged(memory_id=memory_id, user_id=user_id,
-                                           change="embedded")])
+                "memories", [MemoryChanged(memory_id=memory_id, user_id=user_id, change="embedded")]
+            )
 
         await embed_and_report(blue_id, "User's favorite color is blue")
         await embed_and_report(red_id, "User's favorite color is red")
 
         async def red_superseded():
             return await pool.fetchval(
-                "SELECT superseded_by FROM memory_items WHERE id = $1", red_id)
+                "SELECT superseded_by FROM memory_items WHERE id = $1", red_id
+            )
 
         assert await wait_for(red_superseded, message="red superseded") == blue_id
-        assert await pool.fetchval(
-            "SELECT superseded_at FROM memory_items WHERE id = $1", blue_id) is None
+        assert (
+            await pool.fetchval("SELECT superseded_at FROM memory_items WHERE id = $1", blue_id)
+            is None
+        )
         audit = await pool.fetchval(
             "SELECT count(*) FROM audit_log WHERE action = 'supersede' AND entity_id = $1",
-            str(red_id))
+            str(red_id),
+        )
         assert audit == 1
 
 
 @pytest.mark.parametrize("listed", [False, True], ids=["exact", "vector-index"])
-async def test_users_see_only_their_own_and_their_chats_memories(
-    semantic_api, pool, listed
-):
+async def test_users_see_only_their_own_and_their_chats_memories(semantic_api, pool, listed):
     """Both paths of the semantic side: exact, and (listed users) the partial HNSW
     index for their own memories with the chat's shared ones compared exactly."""
     api = semantic_api
     chat = {"provider": "slack", "chat_id": f"C{uuid.uuid4().hex[:8]}"}
     await api.ok("/v1/remember", {"content": "My bank PIN hint is the dog's birthday"})
-    await api.ok("/v1/remember", {"content": "Team standup is at 9:30 every weekday",
-                                  "shared": True, "chat": chat})
+    await api.ok(
+        "/v1/remember",
+        {"content": "Team standup is at 9:30 every weekday", "shared": True, "chat": chat},
+    )
     stranger = await as_user(api.client, pool, api.user_id + "-x")
     member = await as_user(api.client, pool, api.user_id + "-m")
     await pool.execute(
         "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
         "VALUES ($1, $2, $3, $4, now(), now())",
-        uuid.uuid4(), member.user_id, chat["provider"], chat["chat_id"])
+        uuid.uuid4(),
+        member.user_id,
+        chat["provider"],
+        chat["chat_id"],
+    )
     if listed:
         for uid in (api.user_id, stranger.user_id, member.user_id):
             await vector_index.index_user(pool, uid, "memory", settle_s=0)
         assert await pool.fetchval(
-            "SELECT bool_and(vector_indexed) FROM memory_items WHERE user_id = $1",
-            api.user_id)
+            "SELECT bool_and(vector_indexed) FROM memory_items WHERE user_id = $1", api.user_id
+        )
 
     for who in (stranger, member):
         out = await who.ok("/v1/recall", {"query": "bank PIN hint", "limit": 10})
@@ -178,12 +208,14 @@ async def test_users_see_only_their_own_and_their_chats_memories(
 
 async def test_expired_memories_are_not_recalled(semantic_api, pool):
     api = semantic_api
-    out = await api.ok("/v1/remember", {"content": "User is in Lisbon this week",
-                                        "expires_in_days": 7})
+    out = await api.ok(
+        "/v1/remember", {"content": "User is in Lisbon this week", "expires_in_days": 7}
+    )
     mid = uuid.UUID(out["memories"][0]["id"])
     assert (await api.ok("/v1/recall", {"query": "Lisbon"}))["results"]
-    await pool.execute("UPDATE memory_items SET expires_at = now() - interval '1 minute' "
-                       "WHERE id = $1", mid)
+    await pool.execute(
+        "UPDATE memory_items SET expires_at = now() - interval '1 minute' WHERE id = $1", mid
+    )
     assert (await api.ok("/v1/recall", {"query": "Lisbon"}))["results"] == []
 
 

@@ -18,7 +18,10 @@ async def add_messages(pool, user_id, texts, *, model=None, days_ago=1):
     await pool.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
     await pool.execute(
         "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
-        "VALUES ($1, $2, 'cli', 'c1', now(), now())", ep, user_id)
+        "VALUES ($1, $2, 'cli', 'c1', now(), now())",
+        ep,
+        user_id,
+    )
     vectors = await model.embed(texts) if model else [None] * len(texts)
     at = datetime.now(UTC) - timedelta(days=days_ago)
     for i, (text, vec) in enumerate(zip(texts, vectors, strict=True)):
@@ -26,8 +29,15 @@ async def add_messages(pool, user_id, texts, *, model=None, days_ago=1):
             "INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, "
             "content, occurred_at, embedding, embedding_state, embedding_model) "
             "VALUES ($1, $2, $3, 'cli', 'c1', 'user', $4, $5, $6, $7, $8)",
-            uuid.uuid4(), user_id, ep, text, at + timedelta(seconds=i), vec,
-            "ready" if vec is not None else "pending", model.model if model else None)
+            uuid.uuid4(),
+            user_id,
+            ep,
+            text,
+            at + timedelta(seconds=i),
+            vec,
+            "ready" if vec is not None else "pending",
+            model.model if model else None,
+        )
 
 
 @pytest.mark.slow
@@ -35,12 +45,18 @@ async def test_auto_includes_similar_messages_only_and_fits_the_budget(
     semantic_api, pool, local_model
 ):
     api = semantic_api
-    await add_messages(pool, api.user_id, [
-        "We had amazing pasta carbonara at Luigi's, my wife loved it",
-        "Can you fix the TypeScript build error in the CI pipeline?",
-    ], model=local_model)
-    await api.ok("/v1/remember", {"content": "Sarah likes Italian food",
-                                  "subjects": ["my wife Sarah"]})
+    await add_messages(
+        pool,
+        api.user_id,
+        [
+            "We had amazing pasta carbonara at Luigi's, my wife loved it",
+            "Can you fix the TypeScript build error in the CI pipeline?",
+        ],
+        model=local_model,
+    )
+    await api.ok(
+        "/v1/remember", {"content": "Sarah likes Italian food", "subjects": ["my wife Sarah"]}
+    )
     ctx = await api.ok("/v1/context", {"message": "Where should I take my wife for dinner?"})
     contents = [m["content"] for m in ctx["sections"]["messages"]]
     assert contents == ["We had amazing pasta carbonara at Luigi's, my wife loved it"]
@@ -48,8 +64,9 @@ async def test_auto_includes_similar_messages_only_and_fits_the_budget(
     assert "[Past message, user," in ctx["text"] and "TypeScript" not in ctx["text"]
     assert ctx["tokens"] <= ctx["token_budget"] and ctx["truncated"] == 0
 
-    small = await api.ok("/v1/context", {"message": "Where should I take my wife for dinner?",
-                                         "token_budget": 60})
+    small = await api.ok(
+        "/v1/context", {"message": "Where should I take my wife for dinner?", "token_budget": 60}
+    )
     assert small["tokens"] <= 60 and small["truncated"] > 0
     assert "**Sarah** (wife)" in small["text"]  # known people come first
 
@@ -78,12 +95,16 @@ async def add_themes(pool, user_id, n, *, long_names=False):
     for i in range(n):
         slug = f"theme-{i:03d}"
         name = (f"A very long theme display name number {i:03d} " * 3) if long_names else slug
-        await pool.execute("INSERT INTO themes (user_id, slug, display_name) VALUES ($1, $2, $3)",
-                           user_id, slug, name)
+        await pool.execute(
+            "INSERT INTO themes (user_id, slug, display_name) VALUES ($1, $2, $3)",
+            user_id,
+            slug,
+            name,
+        )
         await pool.executemany(
-            "INSERT INTO memory_items (user_id, theme, type, content) "
-            "VALUES ($1, $2, 'fact', $3)",
-            [(user_id, slug, f"SECRET item {j} of {slug}") for j in range(1 + i % 7)])
+            "INSERT INTO memory_items (user_id, theme, type, content) VALUES ($1, $2, 'fact', $3)",
+            [(user_id, slug, f"SECRET item {j} of {slug}") for j in range(1 + i % 7)],
+        )
 
 
 @pytest.mark.parametrize("long_names", [False, True])
@@ -111,8 +132,11 @@ async def test_tools_hints_are_cached_per_agent_run(text_api, pool):
     await add_themes(pool, api.user_id, 2)
     first = await api.ok("/v1/context", {"policy": "tools", "agent_run_id": "run-1"})
     assert first["sections"]["hints"][0]["cached"] is False
-    await pool.execute("INSERT INTO memory_items (user_id, theme, type, content) "
-                       "SELECT $1, 'travel', 'fact', 'x' FROM generate_series(1, 9)", api.user_id)
+    await pool.execute(
+        "INSERT INTO memory_items (user_id, theme, type, content) "
+        "SELECT $1, 'travel', 'fact', 'x' FROM generate_series(1, 9)",
+        api.user_id,
+    )
     again = await api.ok("/v1/context", {"policy": "tools", "agent_run_id": "run-1"})
     assert again["sections"]["hints"][0]["cached"] is True and "travel" not in again["text"]
     fresh = await api.ok("/v1/context", {"policy": "tools", "agent_run_id": "run-2"})
@@ -129,8 +153,9 @@ async def test_tools_policy_says_memory_is_unavailable_when_the_database_fails(i
 
 async def test_tools_policy_is_unavailable_when_memory_is_off_for_the_user(text_api, pool):
     api = text_api
-    await pool.execute("UPDATE users SET metadata = '{\"memory_enabled\": false}' WHERE id = $1",
-                       api.user_id)
+    await pool.execute(
+        "UPDATE users SET metadata = '{\"memory_enabled\": false}' WHERE id = $1", api.user_id
+    )
     ctx = await api.ok("/v1/context", {"policy": "tools"})
     assert ctx["text"].startswith("## Memory\nMemory tools are unavailable")
 
@@ -140,8 +165,11 @@ async def test_summary_policy_injects_the_narrative_summary(text_api, pool):
     empty = await api.ok("/v1/context", {"policy": "summary", "message": "hi"})
     assert empty["text"] == "" and empty["tokens"] == 0
     summary = "The user is a data engineer in Berlin. " * 40
-    await pool.execute("INSERT INTO user_summaries (user_id, summary, fact_count) "
-                       "VALUES ($1, $2, 12)", api.user_id, summary)
+    await pool.execute(
+        "INSERT INTO user_summaries (user_id, summary, fact_count) VALUES ($1, $2, 12)",
+        api.user_id,
+        summary,
+    )
     ctx = await api.ok("/v1/context", {"policy": "summary", "message": "hi"})
     assert ctx["text"].startswith("## What I remember about the user\n\nThe user is a data")
     small = await api.ok("/v1/context", {"policy": "summary", "token_budget": 60})
@@ -155,16 +183,27 @@ async def test_sections_policy_has_facts_episodes_and_procedures(text_api, pool)
     await api.ok("/v1/remember", {"content": "User prefers dark mode", "type": "preference"})
     await pool.execute(
         "INSERT INTO memory_items (user_id, type, content, data) VALUES "
-        "($1, 'episode', 'clicked submit', $2), ($1, 'procedure', 'zoom', $3)", uid,
-        {"type": "chrome_action", "action": "click", "target": "button#submit",
-         "url": "https://example.com", "result": "success"},
-        {"description": "How to start a Zoom meeting",
-         "steps": [{"action": "open_url"}, {"action": "click"}]})
+        "($1, 'episode', 'clicked submit', $2), ($1, 'procedure', 'zoom', $3)",
+        uid,
+        {
+            "type": "chrome_action",
+            "action": "click",
+            "target": "button#submit",
+            "url": "https://example.com",
+            "result": "success",
+        },
+        {
+            "description": "How to start a Zoom meeting",
+            "steps": [{"action": "open_url"}, {"action": "click"}],
+        },
+    )
     ctx = await api.ok("/v1/context", {"policy": "sections", "message": "dark mode zoom"})
     text = ctx["text"]
     assert "User Preferences and Facts:\n- User prefers dark mode" in text
-    assert ("Recent User Actions and Feedback:\n- Chrome: click button#submit on "
-            "https://example.com (success)") in text
+    assert (
+        "Recent User Actions and Feedback:\n- Chrome: click button#submit on "
+        "https://example.com (success)"
+    ) in text
     assert "Available Workflows/Procedures:\n- How to start a Zoom meeting (steps: 2)" in text
     assert [f["content"] for f in ctx["sections"]["facts"]] == ["User prefers dark mode"]
 

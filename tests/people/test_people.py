@@ -7,14 +7,16 @@ from tests.people.conftest import as_user
 
 async def test_my_wife_then_sarah_is_one_person_with_growing_aliases(text_api):
     api = text_api
-    first = await api.ok("/v1/remember", {"content": "My wife's name is Sarah",
-                                          "subjects": ["my wife"]})
+    first = await api.ok(
+        "/v1/remember", {"content": "My wife's name is Sarah", "subjects": ["my wife"]}
+    )
     [subject] = first["memories"][0]["subjects"]
     assert subject["created"] is True
     assert (subject["name"], subject["relation"]) == ("Sarah", "wife")
 
-    again = await api.ok("/v1/remember", {"content": "She likes Italian food",
-                                          "subjects": ["my wife"]})
+    again = await api.ok(
+        "/v1/remember", {"content": "She likes Italian food", "subjects": ["my wife"]}
+    )
     assert again["memories"][0]["subjects"][0]["id"] == subject["id"]
     assert again["memories"][0]["subjects"][0]["created"] is False
 
@@ -41,13 +43,16 @@ async def test_a_relation_first_gets_its_name_when_it_is_given_later(text_api):
 
 async def test_two_names_in_one_fact_link_to_two_people(text_api):
     api = text_api
-    out = await api.ok("/v1/remember", {"content": "Sarah and John are getting married",
-                                        "subjects": ["Sarah", "John"]})
+    out = await api.ok(
+        "/v1/remember",
+        {"content": "Sarah and John are getting married", "subjects": ["Sarah", "John"]},
+    )
     subjects = out["memories"][0]["subjects"]
     assert [s["name"] for s in subjects] == ["Sarah", "John"]
     assert all(s["created"] for s in subjects)
-    again = await api.ok("/v1/remember", {"content": "John works at the bakery",
-                                          "subjects": ["John"]})
+    again = await api.ok(
+        "/v1/remember", {"content": "John works at the bakery", "subjects": ["John"]}
+    )
     assert again["memories"][0]["subjects"][0]["id"] == subjects[1]["id"]
     people = (await api.get("/v1/people")).json()["people"]
     assert sorted(p["name"] for p in people) == ["John", "Sarah"]
@@ -80,8 +85,7 @@ async def test_concurrent_first_mentions_make_one_person(text_api, pool):
     import asyncio
 
     api = text_api
-    rs = await asyncio.gather(*[api.post("/v1/people", {"reference": "Priya"})
-                                for _ in range(6)])
+    rs = await asyncio.gather(*[api.post("/v1/people", {"reference": "Priya"}) for _ in range(6)])
     assert all(r.status_code == 200 for r in rs), [r.text for r in rs]
     assert len({r.json()["person"]["id"] for r in rs}) == 1
     assert sum(r.json()["created"] for r in rs) == 1

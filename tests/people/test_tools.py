@@ -24,21 +24,36 @@ async def test_tool_calls_play_the_wife_scenario(make_settings, pool, user_id, l
     app = make_app(make_settings, local_model)
     async with running(app):
         rt = app.state.runtime
-        kw = dict(pool=rt.pool, publisher=rt.publisher, user_id=user_id, embedder=local_model,
-                  embedding_dim=384)
+        kw = dict(
+            pool=rt.pool,
+            publisher=rt.publisher,
+            user_id=user_id,
+            embedder=local_model,
+            embedding_dim=384,
+        )
         await pool.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
-        await call_people_tool("remember", {"facts": [
-            {"content": "My wife's name is Sarah", "subjects": ["my wife"]},
-            {"content": "She likes Italian food", "subjects": ["my wife"]},
-        ]}, **kw)
-        out = await call_people_tool("recall", {"query": "what does my wife like?",
-                                                "about": "my wife"}, **kw)
+        await call_people_tool(
+            "remember",
+            {
+                "facts": [
+                    {"content": "My wife's name is Sarah", "subjects": ["my wife"]},
+                    {"content": "She likes Italian food", "subjects": ["my wife"]},
+                ]
+            },
+            **kw,
+        )
+        out = await call_people_tool(
+            "recall", {"query": "what does my wife like?", "about": "my wife"}, **kw
+        )
         assert out["results"][0]["content"] == "She likes Italian food"
         assert out["results"][0]["subjects"][0]["name"] == "Sarah"
 
-        shared = await call_people_tool("remember", {"content": "Deploys freeze on Fridays",
-                                                     "shared": True},
-                                        **kw, chat=Chat("slack", "C1"))
+        shared = await call_people_tool(
+            "remember",
+            {"content": "Deploys freeze on Fridays", "shared": True},
+            **kw,
+            chat=Chat("slack", "C1"),
+        )
         assert shared["memories"][0]["scope"] == "chat"
 
         with pytest.raises(InvalidRequest, match="unknown argument"):
@@ -57,15 +72,29 @@ async def test_remember_and_recall_run_through_the_tool_call_endpoint(semantic_a
     listed = (await api.get("/v1/tools")).json()
     assert {"remember", "recall"} <= {t["function"]["name"] for t in listed["openai"]}
 
-    stored = await api.ok("/v1/tools/call", {"name": "remember", "arguments": {"facts": [
-        {"content": "My wife's name is Sarah", "subjects": ["my wife"]},
-        {"content": "She likes Italian food", "subjects": ["my wife"]},
-    ]}})
+    stored = await api.ok(
+        "/v1/tools/call",
+        {
+            "name": "remember",
+            "arguments": {
+                "facts": [
+                    {"content": "My wife's name is Sarah", "subjects": ["my wife"]},
+                    {"content": "She likes Italian food", "subjects": ["my wife"]},
+                ]
+            },
+        },
+    )
     assert stored["is_error"] is False
     # An OpenAI-shaped call: arguments as a JSON string.
-    out = await api.ok("/v1/tools/call", {"function": {
-        "name": "recall",
-        "arguments": '{"query": "what does my wife like?", "about": "my wife"}'}})
+    out = await api.ok(
+        "/v1/tools/call",
+        {
+            "function": {
+                "name": "recall",
+                "arguments": '{"query": "what does my wife like?", "about": "my wife"}',
+            }
+        },
+    )
     assert out["is_error"] is False
     first = out["result"]["results"][0]
     assert first["content"] == "She likes Italian food"

@@ -10,40 +10,64 @@ async def test_saving_a_fact_twice_updates_one_row(make_settings, pool, user_id)
     app = create_app(make_settings(QuerySettings))
     h = await auth(pool, user_id)
     async with running(app) as client:
-        fact = {"category": "location", "key": "home_city", "value": "Lyon",
-                "source": "user_explicit"}
+        fact = {
+            "category": "location",
+            "key": "home_city",
+            "value": "Lyon",
+            "source": "user_explicit",
+        }
         first = (await client.post("/v1/facts", headers=h, json=fact)).json()
         assert first["created"] is True and first["confidence"] == 90.0
-        second = (await client.post("/v1/facts", headers=h,
-                                    json={**fact, "value": "Paris", "confidence": 80})).json()
+        second = (
+            await client.post(
+                "/v1/facts", headers=h, json={**fact, "value": "Paris", "confidence": 80}
+            )
+        ).json()
         assert second["created"] is False and second["id"] == first["id"]
         listed = (await client.get("/v1/facts", headers=h)).json()
         assert listed["total"] == 1 and listed["facts"][0]["value"] == "Paris"
         assert listed["facts"][0]["confidence"] == 80
-    actions = await pool.fetch("SELECT action FROM audit_log WHERE user_id = $1 AND "
-                               "entity = 'fact' ORDER BY id", user_id)
+    actions = await pool.fetch(
+        "SELECT action FROM audit_log WHERE user_id = $1 AND entity = 'fact' ORDER BY id", user_id
+    )
     assert [a["action"] for a in actions] == ["create", "update"]
 
 
 async def test_fact_search_is_vector_first_then_trigram(make_settings, pool, user_id):
     q = unit(50)
-    app = create_app(make_settings(QuerySettings),
-                     resolver=resolver_for(FixedEmbedder({"where do I live": q})))
+    app = create_app(
+        make_settings(QuerySettings), resolver=resolver_for(FixedEmbedder({"where do I live": q}))
+    )
     h = await auth(pool, user_id)
     async with running(app) as client:
-        city = (await client.post("/v1/facts", headers=h, json={
-            "category": "location", "key": "home_city", "value": "Lyon"})).json()["id"]
-        far = (await client.post("/v1/facts", headers=h, json={
-            "category": "food", "key": "favourite", "value": "ramen"})).json()["id"]
-        await client.post("/v1/facts", headers=h, json={
-            "category": "pets", "key": "dog", "value": "a beagle called Rex"})
-        await set_vector(pool, city, unit(51, near=q, noise=0.2))   # distance < 0.3
-        await set_vector(pool, far, unit(52))                       # far away: cut off
-        found = (await client.post("/v1/facts/search", headers=h,
-                                   json={"query": "where do I live"})).json()["facts"]
+        city = (
+            await client.post(
+                "/v1/facts",
+                headers=h,
+                json={"category": "location", "key": "home_city", "value": "Lyon"},
+            )
+        ).json()["id"]
+        far = (
+            await client.post(
+                "/v1/facts",
+                headers=h,
+                json={"category": "food", "key": "favourite", "value": "ramen"},
+            )
+        ).json()["id"]
+        await client.post(
+            "/v1/facts",
+            headers=h,
+            json={"category": "pets", "key": "dog", "value": "a beagle called Rex"},
+        )
+        await set_vector(pool, city, unit(51, near=q, noise=0.2))  # distance < 0.3
+        await set_vector(pool, far, unit(52))  # far away: cut off
+        found = (
+            await client.post("/v1/facts/search", headers=h, json={"query": "where do I live"})
+        ).json()["facts"]
         assert [f["id"] for f in found] == [city] and found[0]["match"] == "semantic"
-        found = (await client.post("/v1/facts/search", headers=h,
-                                   json={"query": "beagel"})).json()["facts"]
+        found = (await client.post("/v1/facts/search", headers=h, json={"query": "beagel"})).json()[
+            "facts"
+        ]
         assert [f["key"] for f in found] == ["dog"] and found[0]["match"] == "trigram"
 
 
@@ -51,18 +75,34 @@ async def test_facts_forget_list_expiry_and_summary(make_settings, pool, user_id
     app = create_app(make_settings(QuerySettings))
     h = await auth(pool, user_id)
     async with running(app) as client:
-        for cat, key, val in [("work", "employer", "Acme"), ("work", "role", "engineer"),
-                              ("home", "role", "parent"), ("tmp", "mood", "tired")]:
-            r = await client.post("/v1/facts", headers=h, json={
-                "category": cat, "key": key, "value": val, "expires_days": 3})
+        for cat, key, val in [
+            ("work", "employer", "Acme"),
+            ("work", "role", "engineer"),
+            ("home", "role", "parent"),
+            ("tmp", "mood", "tired"),
+        ]:
+            r = await client.post(
+                "/v1/facts",
+                headers=h,
+                json={"category": cat, "key": key, "value": val, "expires_days": 3},
+            )
             assert r.status_code == 200, r.text
-        await pool.execute("UPDATE memory_items SET expires_at = now() - interval '1 hour' "
-                           "WHERE user_id = $1 AND key = 'mood'", user_id)
-        page = (await client.get("/v1/facts", headers=h, params={
-            "sort_by": "key", "sort_order": "asc", "limit": 2, "offset": 0})).json()
+        await pool.execute(
+            "UPDATE memory_items SET expires_at = now() - interval '1 hour' "
+            "WHERE user_id = $1 AND key = 'mood'",
+            user_id,
+        )
+        page = (
+            await client.get(
+                "/v1/facts",
+                headers=h,
+                params={"sort_by": "key", "sort_order": "asc", "limit": 2, "offset": 0},
+            )
+        ).json()
         assert page["total"] == 3 and [f["key"] for f in page["facts"]] == ["employer", "role"]
-        r = await client.post("/v1/facts/forget", headers=h, json={"key": "role",
-                                                                   "category": "home"})
+        r = await client.post(
+            "/v1/facts/forget", headers=h, json={"key": "role", "category": "home"}
+        )
         assert r.json()["deleted"] == 1
         r = await client.post("/v1/facts/forget", headers=h, json={"key": "nope"})
         assert r.status_code == 404 and "nope" in r.json()["detail"]
@@ -71,42 +111,77 @@ async def test_facts_forget_list_expiry_and_summary(make_settings, pool, user_id
         assert (await client.get("/v1/facts/summary", headers=h)).json()["summary"] is None
         r = await client.put("/v1/facts/summary", headers=h, json={"summary": "Works at Acme."})
         assert r.json()["fact_count"] == 2
-        assert (await client.get("/v1/facts/summary", headers=h)).json()["summary"] \
-            == "Works at Acme."
+        assert (await client.get("/v1/facts/summary", headers=h)).json()[
+            "summary"
+        ] == "Works at Acme."
 
 
 async def test_jarvus_stores_and_typed_retrieval(make_settings, pool, user_id):
     app = create_app(make_settings(QuerySettings))
     h = await auth(pool, user_id)
     async with running(app) as client:
-        r = await client.post("/v1/jarvus/actions", headers=h, json={
-            "action": "click", "target": "button#submit", "url": "https://example.com",
-            "result": "success", "timestamp": "2024-06-01T12:00:00Z",
-            "details": {"extra": "Clicked submit on login form"}})
+        r = await client.post(
+            "/v1/jarvus/actions",
+            headers=h,
+            json={
+                "action": "click",
+                "target": "button#submit",
+                "url": "https://example.com",
+                "result": "success",
+                "timestamp": "2024-06-01T12:00:00Z",
+                "details": {"extra": "Clicked submit on login form"},
+            },
+        )
         action_id = r.json()["memory_id"]
         item = (await client.get(f"/v1/memory/items/{action_id}", headers=h)).json()
         assert item["type"] == "episode" and item["data"]["type"] == "chrome_action"
         assert "click button#submit on https://example.com" in item["content"]
-        await client.post("/v1/jarvus/feedback", headers=h, json={
-            "suggestion_id": "12345", "user_response": "accepted", "notes": "worked well"})
-        r = await client.post("/v1/jarvus/workflows", headers=h, json={
-            "workflow_id": "wf_001", "result": "success", "store_as_procedure": True,
-            "description": "How to start a Zoom meeting",
-            "steps": [{"action": "open_url", "url": "https://zoom.us"},
-                      {"action": "click", "target": "Start Meeting"}]})
+        await client.post(
+            "/v1/jarvus/feedback",
+            headers=h,
+            json={"suggestion_id": "12345", "user_response": "accepted", "notes": "worked well"},
+        )
+        r = await client.post(
+            "/v1/jarvus/workflows",
+            headers=h,
+            json={
+                "workflow_id": "wf_001",
+                "result": "success",
+                "store_as_procedure": True,
+                "description": "How to start a Zoom meeting",
+                "steps": [
+                    {"action": "open_url", "url": "https://zoom.us"},
+                    {"action": "click", "target": "Start Meeting"},
+                ],
+            },
+        )
         wf = r.json()
         assert "procedure_id" in wf
-        low = (await client.post("/v1/jarvus/store", headers=h, json={
-            "text": "User likes dark mode", "type": "preference", "importance": 0.5})).json()
-        high = (await client.post("/v1/jarvus/store", headers=h, json={
-            "text": "User is allergic to peanuts", "type": "fact", "importance": 3})).json()
-        await client.post("/v1/jarvus/store", headers=h, json={
-            "text": "Other namespace fact", "type": "fact", "namespace": "agent_config"})
+        low = (
+            await client.post(
+                "/v1/jarvus/store",
+                headers=h,
+                json={"text": "User likes dark mode", "type": "preference", "importance": 0.5},
+            )
+        ).json()
+        high = (
+            await client.post(
+                "/v1/jarvus/store",
+                headers=h,
+                json={"text": "User is allergic to peanuts", "type": "fact", "importance": 3},
+            )
+        ).json()
+        await client.post(
+            "/v1/jarvus/store",
+            headers=h,
+            json={"text": "Other namespace fact", "type": "fact", "namespace": "agent_config"},
+        )
 
         eps = (await client.get("/v1/jarvus/episodes", headers=h)).json()["episodes"]
         assert len(eps) == 3 and all(e["type"] == "episode" for e in eps)
-        procs = (await client.get("/v1/jarvus/procedures", headers=h,
-                                  params={"query": "zoom meeting"})).json()["procedures"]
+        procs = (
+            await client.get("/v1/jarvus/procedures", headers=h, params={"query": "zoom meeting"})
+        ).json()["procedures"]
         assert procs[0]["memory_id"] == wf["procedure_id"] and procs[0]["score"] > 0
         facts = (await client.get("/v1/jarvus/facts", headers=h)).json()["facts"]
         assert [f["memory_id"] for f in facts] == [high["memory_id"], low["memory_id"]]
@@ -114,19 +189,27 @@ async def test_jarvus_stores_and_typed_retrieval(make_settings, pool, user_id):
         facts = (await client.get("/v1/jarvus/facts", headers=h, params={"limit": 1})).json()
         assert facts["facts"][0]["last_accessed"] is not None  # set by the previous retrieval
         # no word matches "ubmi", but Jarvus's substring search does
-        substring = (await client.get("/v1/jarvus/episodes", headers=h,
-                                      params={"query": "ubmi"})).json()["episodes"]
+        substring = (
+            await client.get("/v1/jarvus/episodes", headers=h, params={"query": "ubmi"})
+        ).json()["episodes"]
         assert [(e["memory_id"], e["score"]) for e in substring] == [(action_id, 0.0)]
-        r = await client.post("/v1/jarvus/store", headers=h, json={
-            "text": "User likes light mode", "type": "preference",
-            "memory_id": low["memory_id"]})
+        r = await client.post(
+            "/v1/jarvus/store",
+            headers=h,
+            json={
+                "text": "User likes light mode",
+                "type": "preference",
+                "memory_id": low["memory_id"],
+            },
+        )
         assert r.json()["updated"] is True
         ns = (await client.get("/v1/jarvus/namespaces", headers=h)).json()["namespaces"]
         assert {n["namespace"]: n["items"] for n in ns} == {"default": 6, "agent_config": 1}
         r = await client.delete(f"/v1/jarvus/memories/{high['memory_id']}", headers=h)
         assert r.json()["deleted"] is True
-        left = await pool.fetchval("SELECT count(*) FROM memory_items WHERE id = $1::uuid",
-                                   high["memory_id"])
+        left = await pool.fetchval(
+            "SELECT count(*) FROM memory_items WHERE id = $1::uuid", high["memory_id"]
+        )
         assert left == 0
 
 
@@ -135,12 +218,21 @@ async def test_checkpoint_lineage_follows_parents(make_settings, pool, user_id):
     h = await auth(pool, user_id)
     base = "/v1/threads/thread_1234/checkpoints"
     async with running(app) as client:
-        a = (await client.post(base, headers=h, json={"state": {"messages": ["hi"]},
-                                                      "checkpoint_id": "a"})).json()
-        b = (await client.post(base, headers=h, json={"state": {"messages": ["hi", "yo"]},
-                                                      "checkpoint_id": "b"})).json()
-        c = (await client.post(base, headers=h, json={"state": {"n": 3}, "checkpoint_id": "c",
-                                                      "parent_id": "a"})).json()
+        a = (
+            await client.post(
+                base, headers=h, json={"state": {"messages": ["hi"]}, "checkpoint_id": "a"}
+            )
+        ).json()
+        b = (
+            await client.post(
+                base, headers=h, json={"state": {"messages": ["hi", "yo"]}, "checkpoint_id": "b"}
+            )
+        ).json()
+        c = (
+            await client.post(
+                base, headers=h, json={"state": {"n": 3}, "checkpoint_id": "c", "parent_id": "a"}
+            )
+        ).json()
         assert (a["parent_id"], a["step"]) == (None, 0)
         assert (b["parent_id"], b["step"]) == ("a", 1)
         assert (c["parent_id"], c["step"]) == ("a", 1)
@@ -150,6 +242,7 @@ async def test_checkpoint_lineage_follows_parents(make_settings, pool, user_id):
         assert [x["checkpoint_id"] for x in chain] == ["b", "a"]
         r = await client.post(base, headers=h, json={"state": {}, "parent_id": "zzz"})
         assert r.status_code == 400 and "zzz" in r.json()["detail"]
-        assert (await client.get("/v1/threads/other/checkpoints/latest",
-                                 headers=h)).status_code == 404
+        assert (
+            await client.get("/v1/threads/other/checkpoints/latest", headers=h)
+        ).status_code == 404
         assert (await client.delete(base, headers=h)).json()["deleted"] == 3

@@ -28,7 +28,8 @@ async def _search(client, h, query, **kw):
 
 
 async def test_a_paraphrase_outranks_a_weak_lexical_match_with_the_local_model(
-        make_settings, pool, user_id):
+    make_settings, pool, user_id
+):
     from shared.embeddings.local import LocalEmbedder
 
     model = LocalEmbedder()
@@ -63,9 +64,9 @@ async def test_the_score_is_seventy_semantic_thirty_lexical(make_settings, pool,
     app = create_app(make_settings(QuerySettings), resolver=resolver_for(embedder))
     h = await auth(pool, user_id)
     async with running(app) as client:
-        both = await _add(client, h, "alpha beta alpha beta")   # best lexical, mid semantic
-        sem = await _add(client, h, "nothing in common")         # best semantic, no lexical
-        lex = await _add(client, h, "alpha")                     # weak lexical, worst semantic
+        both = await _add(client, h, "alpha beta alpha beta")  # best lexical, mid semantic
+        sem = await _add(client, h, "nothing in common")  # best semantic, no lexical
+        lex = await _add(client, h, "alpha")  # weak lexical, worst semantic
         await set_vector(pool, both, unit(2, near=q, noise=0.8))
         await set_vector(pool, sem, q)
         await set_vector(pool, lex, unit(3))
@@ -75,12 +76,17 @@ async def test_the_score_is_seventy_semantic_thirty_lexical(make_settings, pool,
         rows = await pool.fetch(
             "SELECT id::text, 1.0 / (1.0 + (embedding <=> $1)) AS sim, "
             "ts_rank(fts, 'alpha | beta'::tsquery) AS rank "
-            "FROM memory_items WHERE user_id = $2", __import__("numpy").asarray(q), user_id)
+            "FROM memory_items WHERE user_id = $2",
+            __import__("numpy").asarray(q),
+            user_id,
+        )
     sims = {r["id"]: float(r["sim"]) for r in rows}
     ranks = {r["id"]: float(r["rank"]) for r in rows if r["id"] != sem}
+
     def norm(d, k):
         lo, hi = min(d.values()), max(d.values())
         return (d[k] - lo) / (hi - lo)
+
     for i in (both, sem, lex):
         expected = 0.7 * norm(sims, i) + 0.3 * (norm(ranks, i) if i in ranks else 0.0)
         assert abs(scores[i] - expected) < 1e-4, (i, scores[i], expected)
@@ -88,7 +94,8 @@ async def test_the_score_is_seventy_semantic_thirty_lexical(make_settings, pool,
 
 
 async def test_full_text_only_without_embedder_failed_embedding_or_no_ready_vectors(
-        make_settings, pool, user_id):
+    make_settings, pool, user_id
+):
     h = await auth(pool, user_id)
     cases = [None, FailingEmbedder(), FixedEmbedder({"tea": unit(9)})]
     for n, embedder in enumerate(cases):
@@ -101,8 +108,11 @@ async def test_full_text_only_without_embedder_failed_embedding_or_no_ready_vect
             if n == 1:
                 await set_vector(pool, first, unit(9))  # vectors exist, the query's failed
             if n == 2:
-                await pool.execute("UPDATE memory_items SET embedding_state = 'pending', "
-                                   "embedding = NULL WHERE user_id = $1", user_id)
+                await pool.execute(
+                    "UPDATE memory_items SET embedding_state = 'pending', "
+                    "embedding = NULL WHERE user_id = $1",
+                    user_id,
+                )
             body = await _search(client, h, "tea")
             assert body["mode"] == "fts_only", (n, body)
             assert [r["id"] for r in body["results"]] == [first]
@@ -113,8 +123,9 @@ async def test_full_text_only_without_embedder_failed_embedding_or_no_ready_vect
 
 async def test_semantic_only_when_nothing_matches_lexically(make_settings, pool, user_id):
     q = unit(20)
-    app = create_app(make_settings(QuerySettings),
-                     resolver=resolver_for(FixedEmbedder({"vehicle": q})))
+    app = create_app(
+        make_settings(QuerySettings), resolver=resolver_for(FixedEmbedder({"vehicle": q}))
+    )
     h = await auth(pool, user_id)
     async with running(app) as client:
         near = await _add(client, h, "drives a red hatchback")
@@ -138,10 +149,13 @@ async def test_ties_go_to_the_newer_item_then_the_smaller_id(make_settings, pool
     h = await auth(pool, user_id)
     async with running(app) as client:
         ids = [await _add(client, h, "identical twin text") for _ in range(3)]
-        await pool.execute("UPDATE memory_items SET created_at = now() - interval '1 day' "
-                           "WHERE id = $1::uuid", ids[0])
-        await pool.execute("UPDATE memory_items SET created_at = '2030-01-01' "
-                           "WHERE id = ANY($1::uuid[])", ids[1:])
+        await pool.execute(
+            "UPDATE memory_items SET created_at = now() - interval '1 day' WHERE id = $1::uuid",
+            ids[0],
+        )
+        await pool.execute(
+            "UPDATE memory_items SET created_at = '2030-01-01' WHERE id = ANY($1::uuid[])", ids[1:]
+        )
         body = await _search(client, h, "identical twin")
     assert {r["score"] for r in body["results"]} == {1.0}
     assert [r["id"] for r in body["results"]] == sorted(ids[1:], key=uuid.UUID) + [ids[0]]
@@ -167,8 +181,10 @@ async def test_a_user_with_50_items_among_many_still_gets_k_results(make_setting
 
     async with pool.acquire() as conn:
         await conn.copy_records_to_table(
-            "memory_items", records=rows(big, 6000, 0.02) + rows(small, 50, 0.2),
-            columns=["user_id", "type", "content", "embedding", "embedding_state"])
+            "memory_items",
+            records=rows(big, 6000, 0.02) + rows(small, 50, 0.2),
+            columns=["user_id", "type", "content", "embedding", "embedding_state"],
+        )
     # as the embedder does once a user passes the exact-scan limit
     await vector_index.index_user(pool, big, "memory", settle_s=0)
     params = search_module.SearchParams(query="zebra", limit=20)
@@ -187,6 +203,7 @@ async def test_a_user_with_50_items_among_many_still_gets_k_results(make_setting
     filters[0] = big
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(search_module.ITERATIVE_SCAN)
-        plan = await conn.fetch("EXPLAIN " + search_module.index_statement("user", 384),
-                                *filters, q)
+        plan = await conn.fetch(
+            "EXPLAIN " + search_module.index_statement("user", 384), *filters, q
+        )
     assert "hnsw" in "\n".join(r[0] for r in plan)

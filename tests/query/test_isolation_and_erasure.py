@@ -16,34 +16,52 @@ SECRET = "platypus"
 async def _store_everything(client, h):
     """Write through every endpoint that stores something; return the ids made."""
     ids = {}
-    r = await client.post("/v1/memory/add", headers=h, json={
-        "type": "fact", "content": f"the {SECRET} lives in Tasmania", "theme": "zoo"})
+    r = await client.post(
+        "/v1/memory/add",
+        headers=h,
+        json={"type": "fact", "content": f"the {SECRET} lives in Tasmania", "theme": "zoo"},
+    )
     ids["memory"] = r.json()["id"]
-    r = await client.post("/v1/facts", headers=h, json={
-        "category": "animals", "key": SECRET, "value": f"{SECRET} facts"})
+    r = await client.post(
+        "/v1/facts",
+        headers=h,
+        json={"category": "animals", "key": SECRET, "value": f"{SECRET} facts"},
+    )
     ids["fact"] = r.json()["id"]
     await client.put("/v1/facts/summary", headers=h, json={"summary": f"{SECRET} lover"})
-    r = await client.post("/v1/jarvus/actions", headers=h, json={"action": "click",
-                                                                 "target": SECRET})
+    r = await client.post(
+        "/v1/jarvus/actions", headers=h, json={"action": "click", "target": SECRET}
+    )
     ids["action"] = r.json()["memory_id"]
-    await client.post("/v1/jarvus/feedback", headers=h, json={
-        "suggestion_id": "s1", "user_response": "accepted", "notes": SECRET})
-    r = await client.post("/v1/jarvus/workflows", headers=h, json={
-        "workflow_id": SECRET, "store_as_procedure": True, "description": SECRET})
+    await client.post(
+        "/v1/jarvus/feedback",
+        headers=h,
+        json={"suggestion_id": "s1", "user_response": "accepted", "notes": SECRET},
+    )
+    r = await client.post(
+        "/v1/jarvus/workflows",
+        headers=h,
+        json={"workflow_id": SECRET, "store_as_procedure": True, "description": SECRET},
+    )
     ids["procedure"] = r.json()["procedure_id"]
-    r = await client.post("/v1/jarvus/store", headers=h, json={"text": f"{SECRET} pref",
-                                                               "type": "preference"})
+    r = await client.post(
+        "/v1/jarvus/store", headers=h, json={"text": f"{SECRET} pref", "type": "preference"}
+    )
     ids["store"] = r.json()["memory_id"]
-    await client.post(f"/v1/threads/{SECRET}/checkpoints", headers=h, json={
-        "state": {"s": SECRET}, "checkpoint_id": "c1"})
+    await client.post(
+        f"/v1/threads/{SECRET}/checkpoints",
+        headers=h,
+        json={"state": {"s": SECRET}, "checkpoint_id": "c1"},
+    )
     return ids
 
 
 async def test_user_b_never_sees_user_a_data(make_settings, pool):
     a, b = f"a-{uuid.uuid4().hex[:8]}", f"b-{uuid.uuid4().hex[:8]}"
     q = unit(77)
-    app = create_app(make_settings(QuerySettings),
-                     resolver=resolver_for(FixedEmbedder({SECRET: q})))
+    app = create_app(
+        make_settings(QuerySettings), resolver=resolver_for(FixedEmbedder({SECRET: q}))
+    )
     ha, hb = await auth(pool, a), await auth(pool, b)
     async with running(app) as client:
         ids = await _store_everything(client, ha)
@@ -55,8 +73,11 @@ async def test_user_b_never_sees_user_a_data(make_settings, pool):
         # B, through every read
         for query in (SECRET, "*", ""):
             for status in ("active", "any"):
-                r = await client.post("/v1/memory/search", headers=hb, json={
-                    "query": query, "status": status, "include_superseded": True})
+                r = await client.post(
+                    "/v1/memory/search",
+                    headers=hb,
+                    json={"query": query, "status": status, "include_superseded": True},
+                )
                 assert r.json()["results"] == [], r.json()
         for i in ids.values():
             assert (await client.get(f"/v1/memory/items/{i}", headers=hb)).status_code == 404
@@ -65,8 +86,9 @@ async def test_user_b_never_sees_user_a_data(make_settings, pool):
             assert (await client.delete(f"/v1/memory/items/{i}", headers=hb)).status_code == 404
             r = await client.delete(f"/v1/jarvus/memories/{i}", headers=hb)
             assert r.status_code == 404
-            r = await client.post("/v1/jarvus/store", headers=hb, json={
-                "text": "overwrite", "memory_id": i})
+            r = await client.post(
+                "/v1/jarvus/store", headers=hb, json={"text": "overwrite", "memory_id": i}
+            )
             assert r.status_code == 404
         assert (await client.get("/v1/memory/themes", headers=hb)).json()["themes"] == []
         assert (await client.get("/v1/facts", headers=hb)).json()["facts"] == []
@@ -86,47 +108,71 @@ async def test_user_b_never_sees_user_a_data(make_settings, pool):
         assert (await client.get(base, headers=hb)).json()["checkpoints"] == []
         assert (await client.delete(base, headers=hb)).status_code == 404
         # B cannot act as A, nor erase A
-        r = await client.post("/v1/memory/search", headers={**hb, "X-Engram-User": a},
-                              json={"query": SECRET})
+        r = await client.post(
+            "/v1/memory/search", headers={**hb, "X-Engram-User": a}, json={"query": SECRET}
+        )
         assert r.status_code == 403
         assert (await client.delete(f"/v1/users/{a}", headers=hb)).status_code == 403
         assert (await client.get("/v1/admin/facts", headers=hb)).status_code == 403
         # tool calls as B
-        for args in ({"operation": "search", "query": SECRET},
-                     {"operation": "search", "query": "*"}, {"operation": "list_themes"}):
-            r = (await client.post("/v1/tools/call", headers=hb,
-                                   json={"name": "memory", "arguments": args})).json()
+        for args in (
+            {"operation": "search", "query": SECRET},
+            {"operation": "search", "query": "*"},
+            {"operation": "list_themes"},
+        ):
+            r = (
+                await client.post(
+                    "/v1/tools/call", headers=hb, json={"name": "memory", "arguments": args}
+                )
+            ).json()
             assert not r["is_error"] and SECRET not in r["content"], r
         for i in ids.values():
             for op in ("get", "archive"):
-                r = (await client.post("/v1/tools/call", headers=hb, json={
-                    "name": "memory", "arguments": {"operation": op, "item_id": i}})).json()
+                r = (
+                    await client.post(
+                        "/v1/tools/call",
+                        headers=hb,
+                        json={"name": "memory", "arguments": {"operation": op, "item_id": i}},
+                    )
+                ).json()
                 assert r["is_error"] and "no memory" in r["error"]
         for args in ({"action": "search", "query": SECRET}, {"action": "list"}):
-            r = (await client.post("/v1/tools/call", headers=hb,
-                                   json={"name": "memory_facts", "arguments": args})).json()
+            r = (
+                await client.post(
+                    "/v1/tools/call", headers=hb, json={"name": "memory_facts", "arguments": args}
+                )
+            ).json()
             assert SECRET not in r["content"], r
-        r = (await client.post("/v1/tools/call", headers=hb, json={
-            "name": "memory_facts", "arguments": {"action": "forget", "key": SECRET}})).json()
+        r = (
+            await client.post(
+                "/v1/tools/call",
+                headers=hb,
+                json={"name": "memory_facts", "arguments": {"action": "forget", "key": SECRET}},
+            )
+        ).json()
         assert r["is_error"]
         # the request/reply handler
         rt = app.state.runtime
         channel = search_channel(rt.settings)
-        reply = await (await rt.broker.request({"user_id": b, "query": SECRET},
-                                               channel=channel, timeout=10)).decode()
+        reply = await (
+            await rt.broker.request({"user_id": b, "query": SECRET}, channel=channel, timeout=10)
+        ).decode()
         assert reply == {"mode": "hybrid", "results": []}
-        reply = await (await rt.broker.request({"user_id": a, "query": SECRET},
-                                               channel=channel, timeout=10)).decode()
+        reply = await (
+            await rt.broker.request({"user_id": a, "query": SECRET}, channel=channel, timeout=10)
+        ).decode()
         assert len(reply["results"]) >= 5 and reply["mode"] == "hybrid"
-        reply = await (await rt.broker.request({"query": SECRET, "limit": 500},
-                                               channel=channel, timeout=10)).decode()
+        reply = await (
+            await rt.broker.request({"query": SECRET, "limit": 500}, channel=channel, timeout=10)
+        ).decode()
         assert "user_id" in reply["error"] and "limit" in reply["error"]
         # an admin sees A only when asking for A (or across users)
         hadm = await admin_auth(pool)
         r = await client.post("/v1/admin/search", headers=hadm, json={"query": SECRET})
         assert {x["user_id"] for x in r.json()["results"]} == {a}
-        r = await client.post("/v1/admin/search", headers=hadm,
-                              json={"query": SECRET, "user_id": b})
+        r = await client.post(
+            "/v1/admin/search", headers=hadm, json={"query": SECRET, "user_id": b}
+        )
         assert r.json()["results"] == []
         r = await client.post("/v1/admin/search", headers=ha, json={"query": SECRET})
         assert r.status_code == 403
@@ -143,27 +189,39 @@ async def test_erasing_a_user_leaves_no_row_of_theirs(make_settings, pool, as_ad
         episode = uuid.uuid4()
         await pool.execute(
             "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
-            "VALUES ($1, $2, 'tg', 'c', now(), now())", episode, a)
+            "VALUES ($1, $2, 'tg', 'c', now(), now())",
+            episode,
+            a,
+        )
         await pool.execute(
             "INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, "
             "content, occurred_at) VALUES ($1, $2, $3, 'tg', 'c', 'user', 'hi', now())",
-            uuid.uuid4(), a, episode)
+            uuid.uuid4(),
+            a,
+            episode,
+        )
         await pool.execute("INSERT INTO people (user_id, name) VALUES ($1, 'Ann')", a)
-        await pool.execute("INSERT INTO embedding_settings (user_id, provider, model) "
-                           "VALUES ($1, 'local', 'all-MiniLM-L6-v2')", a)
+        await pool.execute(
+            "INSERT INTO embedding_settings (user_id, provider, model) "
+            "VALUES ($1, 'local', 'all-MiniLM-L6-v2')",
+            a,
+        )
         headers = await admin_auth(pool) if as_admin else ha
         r = await client.delete(f"/v1/users/{a}", headers=headers)
         assert r.status_code == 200, r.text
         assert r.json()["rows"]["memory_items"] >= 6
         # the erased user's key no longer works
         assert (await client.get("/v1/me", headers=ha)).status_code == 401
-        assert (await client.delete(f"/v1/users/{a}",
-                                    headers=await admin_auth(pool))).status_code == 404
+        assert (
+            await client.delete(f"/v1/users/{a}", headers=await admin_auth(pool))
+        ).status_code == 404
     tables = await pool.fetch(
         "SELECT table_name FROM information_schema.columns WHERE column_name = 'user_id' "
-        "AND table_schema = current_schema()")
+        "AND table_schema = current_schema()"
+    )
     assert {"audit_log", "api_keys", "memory_items", "checkpoints"} <= {
-        t["table_name"] for t in tables}
+        t["table_name"] for t in tables
+    }
     for t in tables:
         n = await pool.fetchval(f'SELECT count(*) FROM "{t["table_name"]}" WHERE user_id = $1', a)
         assert n == 0, t["table_name"]
@@ -172,5 +230,7 @@ async def test_erasing_a_user_leaves_no_row_of_theirs(make_settings, pool, as_ad
     assert await pool.fetchval("SELECT count(*) FROM memory_items WHERE user_id = $1", other) >= 6
     assert await pool.fetchval("SELECT count(*) FROM audit_log WHERE user_id = $1", other) > 0
     # nothing in the log names the erased user
-    assert await pool.fetchval("SELECT count(*) FROM audit_log WHERE details::text LIKE $1",
-                               f"%{a}%") == 0
+    assert (
+        await pool.fetchval("SELECT count(*) FROM audit_log WHERE details::text LIKE $1", f"%{a}%")
+        == 0
+    )

@@ -10,27 +10,33 @@ from tests.support import running
 
 
 async def _add(client, headers, content, **extra):
-    r = await client.post("/v1/memory/add", headers=headers,
-                          json={"type": "fact", "content": content, **extra})
+    r = await client.post(
+        "/v1/memory/add", headers=headers, json={"type": "fact", "content": content, **extra}
+    )
     assert r.status_code == 200, r.text
     return r.json()["id"]
 
 
 async def test_add_defaults_the_theme_to_general_and_asks_for_an_embedding(
-        make_settings, pool, redis, user_id):
+    make_settings, pool, redis, user_id
+):
     settings = make_settings(QuerySettings)
     app = create_app(settings)
     h = await auth(pool, user_id)
     async with running(app) as client:
-        r = await client.post("/v1/memory/add", headers=h,
-                              json={"type": "preference", "content": "Prefers dark mode",
-                                    "tags": ["ui"]})
+        r = await client.post(
+            "/v1/memory/add",
+            headers=h,
+            json={"type": "preference", "content": "Prefers dark mode", "tags": ["ui"]},
+        )
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["theme"] == "general" and body["embedding"] == "pending"
-        r = await client.post("/v1/memory/add", headers=h,
-                              json={"type": "fact", "content": "Works at Acme",
-                                    "theme": "Work Life"})
+        r = await client.post(
+            "/v1/memory/add",
+            headers=h,
+            json={"type": "fact", "content": "Works at Acme", "theme": "Work Life"},
+        )
         assert r.json()["theme"] == "work-life"
         themes = (await client.get("/v1/memory/themes", headers=h)).json()["themes"]
         assert {t["slug"]: t["active_items"] for t in themes} == {"general": 1, "work-life": 1}
@@ -83,8 +89,9 @@ async def test_status_filter_hides_archived_unless_asked(make_settings, pool, us
         assert await found("archived") == {gone}
         assert await found("any") == {keep, gone}
         # archived items stay readable by id (kept for audit), and themes count only active
-        assert (await client.get(f"/v1/memory/items/{gone}", headers=h)).json()["status"] \
-            == "archived"
+        assert (await client.get(f"/v1/memory/items/{gone}", headers=h)).json()[
+            "status"
+        ] == "archived"
         themes = (await client.get("/v1/memory/themes", headers=h)).json()["themes"]
         assert themes[0]["active_items"] == 1
 
@@ -94,13 +101,18 @@ async def test_filters_theme_types_and_recency(make_settings, pool, user_id):
     h = await auth(pool, user_id)
     async with running(app) as client:
         a = await _add(client, h, "coffee every morning", theme="food")
-        b = await client.post("/v1/memory/add", headers=h, json={
-            "type": "preference", "content": "coffee without sugar", "theme": "food"})
+        b = await client.post(
+            "/v1/memory/add",
+            headers=h,
+            json={"type": "preference", "content": "coffee without sugar", "theme": "food"},
+        )
         b = b.json()["id"]
         c = await _add(client, h, "coffee machine at the office", theme="work")
         old = await _add(client, h, "coffee in 2019 was terrible", theme="food")
-        await pool.execute("UPDATE memory_items SET created_at = now() - interval '400 days' "
-                           "WHERE id = $1::uuid", old)
+        await pool.execute(
+            "UPDATE memory_items SET created_at = now() - interval '400 days' WHERE id = $1::uuid",
+            old,
+        )
 
         async def ids(**kw):
             r = await client.post("/v1/memory/search", headers=h, json={"query": "coffee", **kw})
@@ -121,15 +133,24 @@ async def test_expired_and_superseded_items_are_left_out(make_settings, pool, us
         live = await _add(client, h, "the dentist appointment is on Monday")
         expired = await _add(client, h, "the dentist appointment is on Friday")
         old = await _add(client, h, "the dentist appointment is on Tuesday")
-        await pool.execute("UPDATE memory_items SET expires_at = now() - interval '1 minute' "
-                           "WHERE id = $1::uuid", expired)
-        await pool.execute("UPDATE memory_items SET superseded_at = now(), "
-                           "superseded_by = $2::uuid WHERE id = $1::uuid", old, live)
+        await pool.execute(
+            "UPDATE memory_items SET expires_at = now() - interval '1 minute' WHERE id = $1::uuid",
+            expired,
+        )
+        await pool.execute(
+            "UPDATE memory_items SET superseded_at = now(), "
+            "superseded_by = $2::uuid WHERE id = $1::uuid",
+            old,
+            live,
+        )
         for q in ("dentist appointment", "*"):
             r = await client.post("/v1/memory/search", headers=h, json={"query": q})
             assert {x["id"] for x in r.json()["results"]} == {live}
-            r = await client.post("/v1/memory/search", headers=h,
-                                  json={"query": q, "include_superseded": True, "status": "any"})
+            r = await client.post(
+                "/v1/memory/search",
+                headers=h,
+                json={"query": q, "include_superseded": True, "status": "any"},
+            )
             assert {x["id"] for x in r.json()["results"]} == {live, old}
         r = await client.get(f"/v1/memory/items/{expired}", headers=h)
         assert r.status_code == 404
@@ -144,8 +165,9 @@ async def test_every_write_is_in_the_audit_log(make_settings, pool, user_id):
         r = await client.delete(f"/v1/memory/items/{a}", headers=h)
         assert r.json() == {"id": a, "deleted": True}
         assert (await client.get(f"/v1/memory/items/{a}", headers=h)).status_code == 404
-    rows = await pool.fetch("SELECT action FROM audit_log WHERE user_id = $1 AND entity_id = $2 "
-                            "ORDER BY id", user_id, a)
+    rows = await pool.fetch(
+        "SELECT action FROM audit_log WHERE user_id = $1 AND entity_id = $2 ORDER BY id", user_id, a
+    )
     assert [r["action"] for r in rows] == ["create", "archive", "delete"]
 
 
@@ -156,8 +178,15 @@ async def test_search_results_have_the_specified_shape(make_settings, pool, user
         await _add(client, h, "x" * 50 + " longword " + "y" * 600)
         r = await client.post("/v1/memory/search", headers=h, json={"query": "longword"})
         (hit,) = r.json()["results"]
-        assert set(hit) == {"id", "theme", "type", "content_snippet", "created_at", "score",
-                            "signals"}
+        assert set(hit) == {
+            "id",
+            "theme",
+            "type",
+            "content_snippet",
+            "created_at",
+            "score",
+            "signals",
+        }
         assert hit["signals"] == {"fts": True, "semantic": False}
         assert len(hit["content_snippet"]) <= 280 and hit["content_snippet"].endswith("…")
         assert hit["score"] == 1.0

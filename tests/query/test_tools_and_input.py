@@ -13,14 +13,31 @@ async def test_tools_are_listed_in_openai_and_anthropic_formats(make_settings, p
     async with running(app) as client:
         body = (await client.get("/v1/tools")).json()
         assert [t["function"]["name"] for t in body["openai"]] == [
-            "memory", "memory_facts", "remember", "recall"]
+            "memory",
+            "memory_facts",
+            "remember",
+            "recall",
+        ]
         assert body["openai"][0]["type"] == "function"
-        assert body["openai"][0]["function"]["parameters"]["properties"]["operation"]["enum"] \
-            == ["search", "add", "get", "archive", "list_themes"]
+        assert body["openai"][0]["function"]["parameters"]["properties"]["operation"]["enum"] == [
+            "search",
+            "add",
+            "get",
+            "archive",
+            "list_themes",
+        ]
         assert [t["name"] for t in body["anthropic"]] == [
-            "memory", "memory_facts", "remember", "recall"]
-        assert body["anthropic"][1]["input_schema"]["properties"]["action"]["enum"] \
-            == ["save", "search", "forget", "list"]
+            "memory",
+            "memory_facts",
+            "remember",
+            "recall",
+        ]
+        assert body["anthropic"][1]["input_schema"]["properties"]["action"]["enum"] == [
+            "save",
+            "search",
+            "forget",
+            "list",
+        ]
         only = (await client.get("/v1/tools", params={"format": "anthropic"})).json()
         assert list(only) == ["anthropic"]
 
@@ -36,52 +53,93 @@ async def test_tool_calls_run_and_errors_are_readable(make_settings, pool, user_
 
     async with running(app) as client:
         # OpenAI shape, arguments as a JSON string
-        added = await call({"id": "call_1", "type": "function", "function": {
-            "name": "memory", "arguments": json.dumps(
-                {"operation": "add", "type": "preference", "content": "Likes green tea"})}})
+        added = await call(
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {
+                    "name": "memory",
+                    "arguments": json.dumps(
+                        {"operation": "add", "type": "preference", "content": "Likes green tea"}
+                    ),
+                },
+            }
+        )
         assert added["is_error"] is False and added["id"] == "call_1"
         item_id = added["result"]["id"]
         assert json.loads(added["content"])["theme"] == "general"
         # Anthropic shape
-        found = await call({"type": "tool_use", "id": "tu_1", "name": "memory",
-                            "input": {"operation": "search", "query": "tea"}})
+        found = await call(
+            {
+                "type": "tool_use",
+                "id": "tu_1",
+                "name": "memory",
+                "input": {"operation": "search", "query": "tea"},
+            }
+        )
         assert [r["id"] for r in found["result"]["results"]] == [item_id]
-        got = await call({"name": "memory", "arguments": {"operation": "get",
-                                                          "item_id": item_id}})
+        got = await call({"name": "memory", "arguments": {"operation": "get", "item_id": item_id}})
         assert got["result"]["content"] == "Likes green tea"
         themes = await call({"name": "memory", "arguments": {"operation": "list_themes"}})
         assert themes["result"]["themes"][0]["slug"] == "general"
-        archived = await call({"name": "memory", "arguments": {"operation": "archive",
-                                                               "item_id": item_id}})
+        archived = await call(
+            {"name": "memory", "arguments": {"operation": "archive", "item_id": item_id}}
+        )
         assert archived["result"]["status"] == "archived"
-        saved = await call({"name": "memory_facts", "arguments": {
-            "action": "save", "category": "drink", "key": "tea", "value": "green"}})
+        saved = await call(
+            {
+                "name": "memory_facts",
+                "arguments": {
+                    "action": "save",
+                    "category": "drink",
+                    "key": "tea",
+                    "value": "green",
+                },
+            }
+        )
         assert saved["result"]["created"] is True
         listed = await call({"name": "memory_facts", "arguments": {"action": "list"}})
         assert listed["result"]["facts"][0]["value"] == "green"
-        searched = await call({"name": "memory_facts",
-                               "arguments": {"action": "search", "query": "green"}})
+        searched = await call(
+            {"name": "memory_facts", "arguments": {"action": "search", "query": "green"}}
+        )
         assert searched["result"]["facts"][0]["key"] == "tea"
-        forgot = await call({"name": "memory_facts",
-                             "arguments": {"action": "forget", "key": "tea"}})
+        forgot = await call(
+            {"name": "memory_facts", "arguments": {"action": "forget", "key": "tea"}}
+        )
         assert forgot["result"]["deleted"] == 1
 
         errors = {
             "unknown tool 'nope'": {"name": "nope", "arguments": {}},
             "limit: Input should be less than or equal to 50": {
-                "name": "memory", "arguments": {"operation": "search", "limit": 500}},
+                "name": "memory",
+                "arguments": {"operation": "search", "limit": 500},
+            },
             "types.0: Input should be": {
-                "name": "memory", "arguments": {"operation": "search", "types": ["bogus"]}},
+                "name": "memory",
+                "arguments": {"operation": "search", "types": ["bogus"]},
+            },
             "not valid JSON": {"name": "memory", "arguments": "{operation: search"},
             "unknown operation 'drop'": {"name": "memory", "arguments": {"operation": "drop"}},
-            "content: Field required": {"name": "memory", "arguments": {
-                "operation": "add", "type": "fact"}},
-            "no memory": {"name": "memory", "arguments": {
-                "operation": "get", "item_id": "00000000-0000-0000-0000-000000000000"}},
-            "not a memory id": {"name": "memory", "arguments": {"operation": "get",
-                                                                "item_id": "42"}},
-            "no fact with key 'tea'": {"name": "memory_facts", "arguments": {
-                "action": "forget", "key": "tea"}},
+            "content: Field required": {
+                "name": "memory",
+                "arguments": {"operation": "add", "type": "fact"},
+            },
+            "no memory": {
+                "name": "memory",
+                "arguments": {
+                    "operation": "get",
+                    "item_id": "00000000-0000-0000-0000-000000000000",
+                },
+            },
+            "not a memory id": {
+                "name": "memory",
+                "arguments": {"operation": "get", "item_id": "42"},
+            },
+            "no fact with key 'tea'": {
+                "name": "memory_facts",
+                "arguments": {"action": "forget", "key": "tea"},
+            },
         }
         for expected, payload in errors.items():
             out = await call(payload)
@@ -100,15 +158,29 @@ async def test_bad_input_gets_a_4xx_with_a_message(make_settings, pool, user_id)
             ("post", "/v1/memory/search", {"json": {"types": ["bogus"]}}, 422, "types"),
             ("post", "/v1/memory/add", {"json": {"type": "bogus", "content": "x"}}, 422, "type"),
             ("post", "/v1/memory/add", {"json": {"type": "fact"}}, 422, "content"),
-            ("post", "/v1/memory/add", {"json": {"type": "fact", "content": "   "}}, 400,
-             "content"),
-            ("post", "/v1/memory/add", {"content": b"{not json",
-                                        "headers": {"content-type": "application/json"}},
-             422, "JSON"),
+            (
+                "post",
+                "/v1/memory/add",
+                {"json": {"type": "fact", "content": "   "}},
+                400,
+                "content",
+            ),
+            (
+                "post",
+                "/v1/memory/add",
+                {"content": b"{not json", "headers": {"content-type": "application/json"}},
+                422,
+                "JSON",
+            ),
             ("get", "/v1/memory/items/not-a-uuid", {}, 400, "UUID"),
             ("post", "/v1/facts", {"json": {"category": "a", "key": "b"}}, 422, "value"),
-            ("post", "/v1/facts", {"json": {"category": "a", "key": "b", "value": "c",
-                                            "confidence": 101}}, 422, "confidence"),
+            (
+                "post",
+                "/v1/facts",
+                {"json": {"category": "a", "key": "b", "value": "c", "confidence": 101}},
+                422,
+                "confidence",
+            ),
             ("get", "/v1/facts", {"params": {"sort_by": "password"}}, 422, "sort_by"),
             ("get", "/v1/jarvus/facts", {"params": {"limit": 500}}, 422, "limit"),
             ("post", "/v1/jarvus/store", {"json": {"text": "x", "type": "nope"}}, 422, "type"),

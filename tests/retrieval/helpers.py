@@ -35,17 +35,29 @@ async def add_turns(
         await conn.execute(
             "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
             "VALUES ($1, $2, 'test', $3, $4, $4) ON CONFLICT DO NOTHING",
-            episode, user_id, turns[0].chat_id, base,
+            episode,
+            user_id,
+            turns[0].chat_id,
+            base,
         )
         for n, t in enumerate(turns):
             ready = t.vector is not None
-            ids.append(await conn.fetchval(
-                "INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, "
-                "display_name, content, external_id, occurred_at, embedding, embedding_state) "
-                "VALUES ($1, $2, $3, 'test', $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
-                uuid.uuid4(), user_id, episode, t.chat_id, t.role, t.speaker, t.content,
-                f"m-{uuid.uuid4().hex[:8]}", t.at or base + timedelta(seconds=n),
-                np.asarray(t.vector, dtype=np.float32) if ready else None,
-                "ready" if ready else "pending",
-            ))
+            ids.append(
+                await conn.fetchval(
+                    "INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, "
+                    "display_name, content, external_id, occurred_at, embedding, embedding_state) "
+                    "VALUES ($1, $2, $3, 'test', $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
+                    uuid.uuid4(),
+                    user_id,
+                    episode,
+                    t.chat_id,
+                    t.role,
+                    t.speaker,
+                    t.content,
+                    f"m-{uuid.uuid4().hex[:8]}",
+                    t.at or base + timedelta(seconds=n),
+                    np.asarray(t.vector, dtype=np.float32) if ready else None,
+                    "ready" if ready else "pending",
+                )
+            )
     return episode, ids

@@ -49,7 +49,7 @@ def people_block(people: list[Person]) -> Block:
 
 
 def memory_label(hit: MemoryHit, people: dict[uuid.UUID, Person]) -> str:
-    """"[Memory (about Sarah)]", "[Shared memory]", "[Memory from extraction (about ...)]"."""
+    """ "[Memory (about Sarah)]", "[Shared memory]", "[Memory from extraction (about ...)]"."""
     label = "Shared memory" if hit.scope == "chat" else "Memory"
     if hit.source and hit.source not in ("user", "api"):
         label += f" from {hit.source}"
@@ -70,42 +70,80 @@ async def assemble_auto(
     chat = body.chat.chat() if body.chat else None
     async with pool.acquire() as conn:
         member = await is_member(conn, user_id, chat) if chat else False
-        messages = await search_messages(
-            conn, user_id, message=body.message, vector=qv.vector, model=qv.model,
-            limit=MAX_MESSAGES, threshold=MIN_MESSAGE_SIMILARITY,
-        ) if body.message.strip() else []
+        messages = (
+            await search_messages(
+                conn,
+                user_id,
+                message=body.message,
+                vector=qv.vector,
+                model=qv.model,
+                limit=MAX_MESSAGES,
+                threshold=MIN_MESSAGE_SIMILARITY,
+            )
+            if body.message.strip()
+            else []
+        )
         memories = await search_memories(
-            conn, user_id, query=body.message, vector=qv.vector, model=qv.model, chat=chat,
-            member=member, limit=MAX_MEMORIES,
+            conn,
+            user_id,
+            query=body.message,
+            vector=qv.vector,
+            model=qv.model,
+            chat=chat,
+            member=member,
+            limit=MAX_MEMORIES,
         )
         subjects = await subject_people(conn, memories)
         people = await list_people(conn, user_id)
     blocks = [
         people_block(people),
-        Block(name="memories", header="## Relevant Context from Memory\n",
-              lines=[f"- {memory_label(m, subjects)} {_one_line(m.content)}" for m in memories]),
-        Block(name="messages", header="## Related Past Messages\n",
-              lines=[message_line(m) for m in messages]),
+        Block(
+            name="memories",
+            header="## Relevant Context from Memory\n",
+            lines=[f"- {memory_label(m, subjects)} {_one_line(m.content)}" for m in memories],
+        ),
+        Block(
+            name="messages",
+            header="## Related Past Messages\n",
+            lines=[message_line(m) for m in messages],
+        ),
     ]
     fitted = fit_blocks(blocks, body.token_budget)
     kept_people = [people[i] for i in fitted.kept["known_people"]]
     kept_memories = [memories[i] for i in fitted.kept["memories"]]
     kept_messages = [messages[i] for i in fitted.kept["messages"]]
     return ContextOut(
-        policy="auto", text=fitted.text, tokens=fitted.tokens, token_budget=body.token_budget,
-        truncated=fitted.dropped, retrieval=qv.retrieval, warning=qv.warning,
+        policy="auto",
+        text=fitted.text,
+        tokens=fitted.tokens,
+        token_budget=body.token_budget,
+        truncated=fitted.dropped,
+        retrieval=qv.retrieval,
+        warning=qv.warning,
         sections={
             "known_people": [p.public() for p in kept_people],
             "memories": [
-                {"id": str(m.id), "content": m.content, "label": memory_label(m, subjects),
-                 "scope": m.scope, "source": m.source,
-                 "subjects": [subjects[s].label for s in m.subjects if s in subjects],
-                 "similarity": m.similarity, "created_at": m.created_at.isoformat()}
+                {
+                    "id": str(m.id),
+                    "content": m.content,
+                    "label": memory_label(m, subjects),
+                    "scope": m.scope,
+                    "source": m.source,
+                    "subjects": [subjects[s].label for s in m.subjects if s in subjects],
+                    "similarity": m.similarity,
+                    "created_at": m.created_at.isoformat(),
+                }
                 for m in kept_memories
             ],
             "messages": [
-                {"id": m.id, "role": m.role, "content": m.content, "chat_id": m.chat_id,
-                 "similarity": m.similarity, "occurred_at": m.occurred_at.isoformat()}
+                {
+                    "id": m.id,
+                    "role": m.role,
+                    "content": m.content,
+                    "chat_id": m.chat_id,
+                    "similarity": m.similarity,
+                    "occurred_at": m.occurred_at.isoformat(),
+                }
                 for m in kept_messages
             ],
         },

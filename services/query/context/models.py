@@ -15,7 +15,8 @@ class ContextIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     message: Annotated[str, Field(max_length=20_000)] = Field(
-        default="", description="the user's message the context is for")
+        default="", description="the user's message the context is for"
+    )
     chat: ChatIn | None = Field(default=None, description="the chat the message is in")
     policy: Policy = Field(
         default="auto",
@@ -25,8 +26,10 @@ class ContextIn(BaseModel):
     )
     token_budget: Annotated[int, Field(ge=50, le=100_000)] = 2_000
     agent_run_id: Annotated[str, Field(max_length=200)] | None = Field(
-        default=None, description="tools policy: theme hints are refreshed once per agent run "
-        "(once per day without one)")
+        default=None,
+        description="tools policy: theme hints are refreshed once per agent run "
+        "(once per day without one)",
+    )
 
 
 class ContextOut(BaseModel):
@@ -36,8 +39,11 @@ class ContextOut(BaseModel):
     token_budget: int
     truncated: int = Field(default=0, description="items left out to fit the budget")
     sections: dict[str, list[dict[str, Any]]] = Field(
-        default_factory=dict, description="the items behind the text, by section")
+        default_factory=dict, description="the items behind the text, by section"
+    )
     retrieval: Literal["hybrid", "full_text", "none"] = "none"
     warning: str | None = Field(
-        default=None, description="set when context is degraded (embedding provider down: "
-        "full-text search only; memory unavailable)")
+        default=None,
+        description="set when context is degraded (embedding provider down: "
+        "full-text search only; memory unavailable)",
+    )

@@ -44,8 +44,10 @@ def fact_line(hit: MemoryHit) -> str:
 def episode_line(content: str, data: dict[str, Any]) -> str:
     kind = data.get("type")
     if kind == "chrome_action":
-        return (f"- Chrome: {data.get('action')} {data.get('target')} on {data.get('url')} "
-                f"({data.get('result')})")
+        return (
+            f"- Chrome: {data.get('action')} {data.get('target')} on {data.get('url')} "
+            f"({data.get('result')})"
+        )
     if kind == "feedback":
         return f"- Feedback: {data.get('user_response')} ({data.get('notes', '')})"
     if kind == "workflow_execution":
@@ -66,31 +68,74 @@ async def assemble_sections(
     chat = body.chat.chat() if body.chat else None
     async with pool.acquire() as conn:
         member = await is_member(conn, user_id, chat) if chat else False
-        facts = await search_memories(conn, user_id, query=body.message, vector=qv.vector,
-                                      model=qv.model, chat=chat, member=member,
-                                      types=FACT_TYPES, limit=LIMIT)
-        procedures = await search_memories(conn, user_id, query=body.message, vector=qv.vector,
-                                           model=qv.model, chat=chat, member=member,
-                                           types=PROCEDURE_TYPES, limit=LIMIT)
+        facts = await search_memories(
+            conn,
+            user_id,
+            query=body.message,
+            vector=qv.vector,
+            model=qv.model,
+            chat=chat,
+            member=member,
+            types=FACT_TYPES,
+            limit=LIMIT,
+        )
+        procedures = await search_memories(
+            conn,
+            user_id,
+            query=body.message,
+            vector=qv.vector,
+            model=qv.model,
+            chat=chat,
+            member=member,
+            types=PROCEDURE_TYPES,
+            limit=LIMIT,
+        )
         episodes = await conn.fetch(RECENT_EPISODES, user_id, LIMIT)
-    fitted = fit_blocks([
-        Block("facts", "User Preferences and Facts:", [fact_line(h) for h in facts]),
-        Block("episodes", "Recent User Actions and Feedback:",
-              [episode_line(r["content"], dict(r["data"] or {})) for r in episodes]),
-        Block("procedures", "Available Workflows/Procedures:",
-              [procedure_line(h) for h in procedures]),
-    ], body.token_budget)
+    fitted = fit_blocks(
+        [
+            Block("facts", "User Preferences and Facts:", [fact_line(h) for h in facts]),
+            Block(
+                "episodes",
+                "Recent User Actions and Feedback:",
+                [episode_line(r["content"], dict(r["data"] or {})) for r in episodes],
+            ),
+            Block(
+                "procedures",
+                "Available Workflows/Procedures:",
+                [procedure_line(h) for h in procedures],
+            ),
+        ],
+        body.token_budget,
+    )
     return ContextOut(
-        policy="sections", text=fitted.text, tokens=fitted.tokens,
-        token_budget=body.token_budget, truncated=fitted.dropped, retrieval=qv.retrieval,
+        policy="sections",
+        text=fitted.text,
+        tokens=fitted.tokens,
+        token_budget=body.token_budget,
+        truncated=fitted.dropped,
+        retrieval=qv.retrieval,
         warning=qv.warning,
         sections={
-            "facts": [{"id": str(facts[i].id), "type": facts[i].type,
-                       "content": facts[i].content} for i in fitted.kept["facts"]],
-            "episodes": [{"kind": episodes[i]["kind"], "id": episodes[i]["id"],
-                          "content": episodes[i]["content"],
-                          "at": episodes[i]["at"].isoformat()} for i in fitted.kept["episodes"]],
-            "procedures": [{"id": str(procedures[i].id), "content": procedures[i].content,
-                            "data": procedures[i].data} for i in fitted.kept["procedures"]],
+            "facts": [
+                {"id": str(facts[i].id), "type": facts[i].type, "content": facts[i].content}
+                for i in fitted.kept["facts"]
+            ],
+            "episodes": [
+                {
+                    "kind": episodes[i]["kind"],
+                    "id": episodes[i]["id"],
+                    "content": episodes[i]["content"],
+                    "at": episodes[i]["at"].isoformat(),
+                }
+                for i in fitted.kept["episodes"]
+            ],
+            "procedures": [
+                {
+                    "id": str(procedures[i].id),
+                    "content": procedures[i].content,
+                    "data": procedures[i].data,
+                }
+                for i in fitted.kept["procedures"]
+            ],
         },
     )

@@ -39,8 +39,18 @@ async def assemble_summary(pool: asyncpg.Pool, user_id: str, body: ContextIn) ->
     fitted = cut(summary, room) if room > 0 else ""
     text = HEADER + fitted if fitted else ""
     return ContextOut(
-        policy="summary", text=text, tokens=tokens(text), token_budget=body.token_budget,
+        policy="summary",
+        text=text,
+        tokens=tokens(text),
+        token_budget=body.token_budget,
         truncated=0 if fitted == summary else 1,
-        sections={"summary": [{"summary": summary, "fact_count": row["fact_count"],
-                               "updated_at": row["updated_at"].isoformat()}]},
+        sections={
+            "summary": [
+                {
+                    "summary": summary,
+                    "fact_count": row["fact_count"],
+                    "updated_at": row["updated_at"].isoformat(),
+                }
+            ]
+        },
     )

@@ -126,13 +126,21 @@ def render(hints: Hints | None) -> tuple[str, int]:
 async def _fetch_hints(conn: Conn, user_id: str) -> Hints:
     rows = await conn.fetch(THEME_COUNTS, user_id, TOP_THEMES)
     total = await conn.fetchval(THEME_TOTAL, user_id)
-    return Hints(themes=[(r["slug"], r["name"], int(r["active"])) for r in rows],
-                 total=int(total or 0), fetched_at=datetime.now(UTC))
+    return Hints(
+        themes=[(r["slug"], r["name"], int(r["active"])) for r in rows],
+        total=int(total or 0),
+        fetched_at=datetime.now(UTC),
+    )
 
 
 def _unavailable(body: ContextIn, why: str) -> ContextOut:
-    return ContextOut(policy="tools", text=UNAVAILABLE, tokens=tokens(UNAVAILABLE),
-                      token_budget=body.token_budget, warning=why)
+    return ContextOut(
+        policy="tools",
+        text=UNAVAILABLE,
+        tokens=tokens(UNAVAILABLE),
+        token_budget=body.token_budget,
+        warning=why,
+    )
 
 
 async def assemble_tools(
@@ -161,10 +169,21 @@ async def assemble_tools(
     text, shown = render(hints)
     themes = [{"slug": s, "name": n, "active": c} for s, n, c in (hints.themes if hints else [])]
     return ContextOut(
-        policy="tools", text=text, tokens=tokens(text), token_budget=body.token_budget,
-        truncated=max(0, (hints.total if hints else 0) - shown), warning=warning,
-        sections={"themes": themes[:shown],
-                  "hints": [{"cached": cached, "run": run,
-                             "fetched_at": hints.fetched_at.isoformat() if hints else None,
-                             "bytes": len(text.encode())}]},
+        policy="tools",
+        text=text,
+        tokens=tokens(text),
+        token_budget=body.token_budget,
+        truncated=max(0, (hints.total if hints else 0) - shown),
+        warning=warning,
+        sections={
+            "themes": themes[:shown],
+            "hints": [
+                {
+                    "cached": cached,
+                    "run": run,
+                    "fetched_at": hints.fetched_at.isoformat() if hints else None,
+                    "bytes": len(text.encode()),
+                }
+            ],
+        },
     )

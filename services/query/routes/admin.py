@@ -16,8 +16,9 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 @router.post("/search", summary="Search one user's or every user's memories (admin key)")
 async def search(body: AdminSearchIn, who: Admin, pool: Pool, state: State) -> dict[str, Any]:
-    result = await state.search(pool, body.params(), user_id=body.user_id,
-                                all_users=body.user_id is None)
+    result = await state.search(
+        pool, body.params(), user_id=body.user_id, all_users=body.user_id is None
+    )
     out = result.as_dict()
     for item, hit in zip(out["results"], result.hits, strict=True):
         item["user_id"] = hit.user_id

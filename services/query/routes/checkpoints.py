@@ -16,8 +16,9 @@ Thread = Annotated[str, Path(min_length=1, max_length=255)]
 
 
 @router.post("", summary="Save a checkpoint (parent defaults to the thread's latest)")
-async def save(thread_id: Thread, body: CheckpointIn, user_id: UserId,
-               pool: Pool) -> dict[str, Any]:
+async def save(
+    thread_id: Thread, body: CheckpointIn, user_id: UserId, pool: Pool
+) -> dict[str, Any]:
     return await cs.save(pool, user_id=user_id, thread_id=thread_id, body=body)
 
 
@@ -27,17 +28,23 @@ async def latest(thread_id: Thread, user_id: UserId, pool: Pool) -> dict[str, An
 
 
 @router.get("/{checkpoint_id}/lineage", summary="A checkpoint and its ancestors, newest first")
-async def lineage(thread_id: Thread, checkpoint_id: str, user_id: UserId,
-                  pool: Pool) -> dict[str, Any]:
-    return {"lineage": await cs.lineage(pool, user_id=user_id, thread_id=thread_id,
-                                        checkpoint_id=checkpoint_id)}
+async def lineage(
+    thread_id: Thread, checkpoint_id: str, user_id: UserId, pool: Pool
+) -> dict[str, Any]:
+    return {
+        "lineage": await cs.lineage(
+            pool, user_id=user_id, thread_id=thread_id, checkpoint_id=checkpoint_id
+        )
+    }
 
 
 @router.get("", summary="The thread's checkpoints, newest first")
-async def list_(thread_id: Thread, user_id: UserId, pool: Pool,
-                limit: Annotated[int, Query(ge=1, le=500)] = 100) -> dict[str, Any]:
-    return {"checkpoints": await cs.list_thread(pool, user_id=user_id, thread_id=thread_id,
-                                                limit=limit)}
+async def list_(
+    thread_id: Thread, user_id: UserId, pool: Pool, limit: Annotated[int, Query(ge=1, le=500)] = 100
+) -> dict[str, Any]:
+    return {
+        "checkpoints": await cs.list_thread(pool, user_id=user_id, thread_id=thread_id, limit=limit)
+    }
 
 
 @router.delete("", summary="Delete the thread's checkpoints")

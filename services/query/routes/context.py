@@ -17,17 +17,25 @@ from shared.memory.recall import embed_query
 router = APIRouter(prefix="/v1", tags=["context"])
 
 
-@router.post("/context", response_model=ContextOut,
-             summary="Context to inject for a message: auto, tools, summary or sections")
+@router.post(
+    "/context",
+    response_model=ContextOut,
+    summary="Context to inject for a message: auto, tools, summary or sections",
+)
 async def context(
-    body: ContextIn, request: Request, user_id: UserId, pool: Pool, embedder: QueryEmbedder,
+    body: ContextIn,
+    request: Request,
+    user_id: UserId,
+    pool: Pool,
+    embedder: QueryEmbedder,
 ) -> ContextOut:
     if body.policy == "tools":
         return await assemble_tools(pool, user_id, body, request.app.state.hint_cache)
     if body.policy == "summary":
         return await assemble_summary(pool, user_id, body)
-    qv = await embed_query(embedder, body.message,
-                           dim=int(request.app.state.settings.embedding_dim))
+    qv = await embed_query(
+        embedder, body.message, dim=int(request.app.state.settings.embedding_dim)
+    )
     if body.policy == "sections":
         return await assemble_sections(pool, user_id, body, qv)
     return await assemble_auto(pool, user_id, body, qv)

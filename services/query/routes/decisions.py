@@ -59,6 +59,7 @@ def _rewriter(request: Request, rt: Rt) -> Rewrite | None:
         extractor, client = build_extractor(settings)
         state.decision_extractor = extractor
         if isinstance(client, OpenAIChatModel):
+
             async def close(_: Runtime) -> None:
                 await client.aclose()
 
@@ -67,8 +68,12 @@ def _rewriter(request: Request, rt: Rt) -> Rewrite | None:
     return rewrite
 
 
-@router.post("/decisions", status_code=201, response_model=DecisionOut,
-             summary="Record a decision (rewritten to one sentence, or refused with guidance)")
+@router.post(
+    "/decisions",
+    status_code=201,
+    response_model=DecisionOut,
+    summary="Record a decision (rewritten to one sentence, or refused with guidance)",
+)
 async def record_decision(
     body: DecisionIn,
     user_id: UserId,
@@ -78,9 +83,22 @@ async def record_decision(
     rewrite: Annotated[Rewrite | None, Depends(_rewriter)],
 ) -> Any:
     d = await record(
-        pool, user_id=user_id, description=body.description, rationale=body.rationale,
-        tags=body.tags, episode_id=body.episode_id, provider=body.provider,
-        chat_id=body.chat_id, rewrite=rewrite, metrics=metrics, publisher=publisher,
+        pool,
+        user_id=user_id,
+        description=body.description,
+        rationale=body.rationale,
+        tags=body.tags,
+        episode_id=body.episode_id,
+        provider=body.provider,
+        chat_id=body.chat_id,
+        rewrite=rewrite,
+        metrics=metrics,
+        publisher=publisher,
     )
-    return DecisionOut(id=d.id, description=d.description, rewritten=d.rewritten,
-                       original=d.original, warnings=d.warnings)
+    return DecisionOut(
+        id=d.id,
+        description=d.description,
+        rewritten=d.rewritten,
+        original=d.original,
+        warnings=d.warnings,
+    )

@@ -70,12 +70,13 @@ async def put_settings(
     saved = await put_provider_settings(pool, user, body, s)
     after = await resolve_config(pool, user, s)
     changed = after is not None and (
-        before is None or (before.provider, before.model, before.endpoint_url,
-                           before.dimensions) != (after.provider, after.model,
-                                                  after.endpoint_url, after.dimensions)
+        before is None
+        or (before.provider, before.model, before.endpoint_url, before.dimensions)
+        != (after.provider, after.model, after.endpoint_url, after.dimensions)
     )
-    return SavedSettings(settings=saved, rebuild_needed=changed,
-                         rebuild=await rebuild_count(pool, user))
+    return SavedSettings(
+        settings=saved, rebuild_needed=changed, rebuild=await rebuild_count(pool, user)
+    )
 
 
 @router.delete("/settings", summary="Forget the caller's provider settings")
@@ -105,12 +106,14 @@ async def test_provider(
 
 @router.get("/rebuild", summary="How many rows a rebuild touches, and the latest one's progress")
 async def get_rebuild(user: UserId, pool: Pool) -> RebuildView:
-    return RebuildView(count=await rebuild_count(pool, user),
-                       status=await rebuild_progress(pool, user))
+    return RebuildView(
+        count=await rebuild_count(pool, user), status=await rebuild_progress(pool, user)
+    )
 
 
 @router.post(
-    "/rebuild", status_code=202,
+    "/rebuild",
+    status_code=202,
     summary="Rebuild-total: re-embed every row (archived too) with the provider in effect",
 )
 async def post_rebuild(user: UserId, pool: Pool, publisher: Pub, request: Request) -> RebuildStatus:

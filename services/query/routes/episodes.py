@@ -55,16 +55,23 @@ async def search(body: RecallIn, user_id: UserId, pool: Pool, state: State) -> d
     if body.query.strip() not in ("", "*"):
         vector = await state.query_vector(pool, user_id=user_id, text=body.query)
     hits = await recall_episodes(
-        pool, query=body.query, current_user_id=user_id, visible_users=[user_id],
-        query_vector=vector, limit=body.limit,
+        pool,
+        query=body.query,
+        current_user_id=user_id,
+        visible_users=[user_id],
+        query_vector=vector,
+        limit=body.limit,
     )
-    return {"episodes": [h.as_dict() for h in hits],
-            "mode": "hybrid" if vector is not None else "full_text"}
+    return {
+        "episodes": [h.as_dict() for h in hits],
+        "mode": "hybrid" if vector is not None else "full_text",
+    }
 
 
 @router.get("", summary="The acting user's episodes, newest first")
 async def list_episodes(
-    user_id: UserId, pool: Pool,
+    user_id: UserId,
+    pool: Pool,
     status: Annotated[str | None, Query(pattern="^(open|closed)$")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
@@ -75,7 +82,9 @@ async def list_episodes(
 
 @router.get("/{episode_id}", summary="One episode: its structured summary and its turns")
 async def get_episode(
-    episode_id: uuid.UUID, user_id: UserId, pool: Pool,
+    episode_id: uuid.UUID,
+    user_id: UserId,
+    pool: Pool,
     turns: Annotated[int, Query(ge=0, le=1000)] = 200,
 ) -> dict[str, Any]:
     row = await pool.fetchrow(EPISODE, episode_id, user_id)

@@ -32,21 +32,24 @@ async def search(
     body: FactSearchIn, request: Request, user_id: UserId, pool: Pool, state: State
 ) -> dict[str, Any]:
     vector = await state.query_vector(pool, user_id=user_id, text=body.query)
-    facts = await fs.search_facts(pool, user_id=user_id, query=body.query, limit=body.limit,
-                                  vector=vector, trigram=await trigram_available(request, pool))
+    facts = await fs.search_facts(
+        pool,
+        user_id=user_id,
+        query=body.query,
+        limit=body.limit,
+        vector=vector,
+        trigram=await trigram_available(request, pool),
+    )
     return {"facts": facts}
 
 
 @router.post("/forget", summary="Delete the fact(s) with this key (optionally in one category)")
 async def forget(body: ForgetIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
-    return await fs.forget_fact(pool, pub, user_id=user_id, key=body.key,
-                                category=body.category)
+    return await fs.forget_fact(pool, pub, user_id=user_id, key=body.key, category=body.category)
 
 
 @router.get("", summary="All facts, sorted and paginated")
-async def list_(
-    user_id: UserId, pool: Pool, q: Annotated[FactListIn, Query()]
-) -> dict[str, Any]:
+async def list_(user_id: UserId, pool: Pool, q: Annotated[FactListIn, Query()]) -> dict[str, Any]:
     return await fs.list_facts(pool, user_id=user_id, query=q)
 
 

@@ -40,24 +40,69 @@ async def store(body: StoreIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[st
 
 
 @router.get("/episodes", summary="Episodes, most relevant first")
-async def episodes(user_id: UserId, pool: Pool, state: State, query: QueryText = None,
-                   limit: Limit = 5, namespace: Namespace = "default") -> dict[str, Any]:
-    return {"episodes": await js.retrieve(state, pool, user_id=user_id, kind="episodes",
-                                          query=query, limit=limit, namespace=namespace)}
+async def episodes(
+    user_id: UserId,
+    pool: Pool,
+    state: State,
+    query: QueryText = None,
+    limit: Limit = 5,
+    namespace: Namespace = "default",
+) -> dict[str, Any]:
+    return {
+        "episodes": await js.retrieve(
+            state,
+            pool,
+            user_id=user_id,
+            kind="episodes",
+            query=query,
+            limit=limit,
+            namespace=namespace,
+        )
+    }
 
 
 @router.get("/facts", summary="Facts and preferences, most relevant first")
-async def facts(user_id: UserId, pool: Pool, state: State, query: QueryText = None,
-                limit: Limit = 5, namespace: Namespace = "default") -> dict[str, Any]:
-    return {"facts": await js.retrieve(state, pool, user_id=user_id, kind="facts",
-                                       query=query, limit=limit, namespace=namespace)}
+async def facts(
+    user_id: UserId,
+    pool: Pool,
+    state: State,
+    query: QueryText = None,
+    limit: Limit = 5,
+    namespace: Namespace = "default",
+) -> dict[str, Any]:
+    return {
+        "facts": await js.retrieve(
+            state,
+            pool,
+            user_id=user_id,
+            kind="facts",
+            query=query,
+            limit=limit,
+            namespace=namespace,
+        )
+    }
 
 
 @router.get("/procedures", summary="Procedures and workflows, most relevant first")
-async def procedures(user_id: UserId, pool: Pool, state: State, query: QueryText = None,
-                     limit: Limit = 5, namespace: Namespace = "default") -> dict[str, Any]:
-    return {"procedures": await js.retrieve(state, pool, user_id=user_id, kind="procedures",
-                                            query=query, limit=limit, namespace=namespace)}
+async def procedures(
+    user_id: UserId,
+    pool: Pool,
+    state: State,
+    query: QueryText = None,
+    limit: Limit = 5,
+    namespace: Namespace = "default",
+) -> dict[str, Any]:
+    return {
+        "procedures": await js.retrieve(
+            state,
+            pool,
+            user_id=user_id,
+            kind="procedures",
+            query=query,
+            limit=limit,
+            namespace=namespace,
+        )
+    }
 
 
 @router.get("/namespaces", summary="The user's namespaces with item counts")

@@ -22,8 +22,9 @@ async def search(body: SearchIn, user_id: UserId, pool: Pool, state: State) -> d
 
 @router.post("/add", summary="Store a memory; its embedding is computed asynchronously")
 async def add(body: AddIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
-    item = ms.NewMemory(type=body.type, content=body.content, theme=body.theme,
-                        tags=tuple(body.tags))
+    item = ms.NewMemory(
+        type=body.type, content=body.content, theme=body.theme, tags=tuple(body.tags)
+    )
     added = await ms.add_memory(pool, pub, user_id=user_id, item=item)
     return added.as_dict()
 

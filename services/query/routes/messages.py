@@ -34,9 +34,13 @@ class MessageSearchIn(BaseModel):
 
     def query_(self) -> ms.MessageQuery:
         return ms.MessageQuery(
-            query=self.query, limit=self.limit, mode=self.mode, chat_id=self.chat_id,
+            query=self.query,
+            limit=self.limit,
+            mode=self.mode,
+            chat_id=self.chat_id,
             episode_id=str(self.episode_id) if self.episode_id else None,
-            since=self.since, until=self.until,
+            since=self.since,
+            until=self.until,
         )
 
 

@@ -20,9 +20,11 @@ class PersonIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reference: Annotated[str, Field(min_length=1, max_length=200)] = Field(
-        description="'my wife', 'Sarah' or 'my wife Sarah'")
+        description="'my wife', 'Sarah' or 'my wife Sarah'"
+    )
     content_hint: Annotated[str, Field(max_length=10_000)] | None = Field(
-        default=None, description="text that may name the missing half ('her name is Sarah')")
+        default=None, description="text that may name the missing half ('her name is Sarah')"
+    )
 
 
 def _dim(request: Request) -> int:
@@ -31,16 +33,31 @@ def _dim(request: Request) -> int:
 
 @router.post("/remember", summary="Store one fact or a batch, with subjects, expiry and scope")
 async def remember(
-    body: RememberIn, request: Request, user_id: UserId, pool: Pool, pub: Pub,
+    body: RememberIn,
+    request: Request,
+    user_id: UserId,
+    pool: Pool,
+    pub: Pub,
     embedder: QueryEmbedder,
 ) -> dict[str, Any]:
-    return await do_remember(pool, pub, user_id, body, embedder=embedder,
-                             embedding_dim=_dim(request), actor=f"api:{user_id}")
+    return await do_remember(
+        pool,
+        pub,
+        user_id,
+        body,
+        embedder=embedder,
+        embedding_dim=_dim(request),
+        actor=f"api:{user_id}",
+    )
 
 
 @router.post("/recall", summary="Search memory, optionally about one person")
 async def recall(
-    body: RecallIn, request: Request, user_id: UserId, pool: Pool, embedder: QueryEmbedder,
+    body: RecallIn,
+    request: Request,
+    user_id: UserId,
+    pool: Pool,
+    embedder: QueryEmbedder,
 ) -> dict[str, Any]:
     return await do_recall(pool, user_id, body, embedder=embedder, embedding_dim=_dim(request))
 
@@ -53,6 +70,7 @@ async def people(user_id: UserId, pool: Pool) -> dict[str, Any]:
 @router.post("/people", summary="Resolve a reference to a person, creating a first mention")
 async def resolve(body: PersonIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
     async with pool.acquire() as conn:
-        res = await resolve_person(conn, user_id, body.reference,
-                                   content_hint=body.content_hint, actor=f"api:{user_id}")
+        res = await resolve_person(
+            conn, user_id, body.reference, content_hint=body.content_hint, actor=f"api:{user_id}"
+        )
     return {"person": res.person.public(), "created": res.created, "changed": res.changes}

@@ -55,15 +55,31 @@ async def tools(
 
 
 @router.post("/call", summary="Run one tool call; errors come back readable for the model")
-async def call(body: ToolCallIn, request: Request, user_id: UserId, pool: Pool, pub: Pub,
-               state: State) -> dict[str, Any]:
+async def call(
+    body: ToolCallIn, request: Request, user_id: UserId, pool: Pool, pub: Pub, state: State
+) -> dict[str, Any]:
     name, arguments = body.resolved()
-    ctx = toolbox.ToolContext(pool=pool, publisher=pub, state=state, user_id=user_id,
-                              trigram=await trigram_available(request, pool))
+    ctx = toolbox.ToolContext(
+        pool=pool,
+        publisher=pub,
+        state=state,
+        user_id=user_id,
+        trigram=await trigram_available(request, pool),
+    )
     try:
         result = await toolbox.call_tool(ctx, name, arguments)
     except toolbox.ToolError as exc:
-        return {"id": body.id, "name": name, "is_error": True, "error": str(exc),
-                "content": f"error: {exc}"}
-    return {"id": body.id, "name": name, "is_error": False, "result": result,
-            "content": json.dumps(result, default=str)}
+        return {
+            "id": body.id,
+            "name": name,
+            "is_error": True,
+            "error": str(exc),
+            "content": f"error: {exc}",
+        }
+    return {
+        "id": body.id,
+        "name": name,
+        "is_error": False,
+        "result": result,
+        "content": json.dumps(result, default=str),
+    }

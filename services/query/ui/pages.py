@@ -84,7 +84,10 @@ async def _subjects(pool: Pool, user_id: str, rows: list[Any]) -> dict[uuid.UUID
 
 @router.get("/memories", response_class=HTMLResponse)
 async def memories(
-    request: Request, viewer: ViewerDep, pool: Pool, state: State,
+    request: Request,
+    viewer: ViewerDep,
+    pool: Pool,
+    state: State,
 ) -> HTMLResponse:
     p = request.query_params
     try:
@@ -106,28 +109,45 @@ async def memories(
     except BadInput as exc:
         return error_page(request, str(exc), status_code=400)
 
-    params = {"theme": where.theme, "type": where.type,
-              "archived": "1" if where.include_archived else None, "state": where.state,
-              "embedding": where.embedding, "person": p.get("person"), "q": text}
+    params = {
+        "theme": where.theme,
+        "type": where.type,
+        "archived": "1" if where.include_archived else None,
+        "state": where.state,
+        "embedding": where.embedding,
+        "person": p.get("person"),
+        "q": text,
+    }
     ctx = _base(viewer, "memories")
     ctx.update(params=params, where=where, search_mode=None, next=None)
     if text:
         # The hybrid search of the agent API; the browser shows archived and
         # superseded matches too when asked, then narrows by its other filters.
-        result = await state.search(pool, SearchParams(
-            query=text, limit=MAX_LIMIT, theme=where.theme,
-            types=(where.type,) if where.type else None,
-            status="any" if where.include_archived else "active", include_superseded=True,
-        ), user_id=viewer.user_id)
+        result = await state.search(
+            pool,
+            SearchParams(
+                query=text,
+                limit=MAX_LIMIT,
+                theme=where.theme,
+                types=(where.type,) if where.type else None,
+                status="any" if where.include_archived else "active",
+                include_superseded=True,
+            ),
+            user_id=viewer.user_id,
+        )
         rows = await q.items_by_id(pool, viewer.user_id, [h.id for h in result.hits])
         rows = [r for r in rows if _matches(r, where)]
         scores = {h.id: h.score for h in result.hits}
         ctx.update(rows=rows, total=len(rows), search_mode=result.mode, scores=scores)
     else:
         page = await q.items(pool, viewer.user_id, where, after=after)
-        ctx.update(rows=page.rows, next=page.next.token() if page.next else None,
-                   total=await q.count_items(pool, viewer.user_id, where),
-                   paged=after is not None, scores={})
+        ctx.update(
+            rows=page.rows,
+            next=page.next.token() if page.next else None,
+            total=await q.count_items(pool, viewer.user_id, where),
+            paged=after is not None,
+            scores={},
+        )
     ctx["people"] = await _subjects(pool, viewer.user_id, ctx["rows"])
     if is_htmx(request):
         return render(request, "_items.html", ctx)
@@ -180,8 +200,12 @@ async def people(request: Request, viewer: ViewerDep, pool: Pool) -> HTMLRespons
         return error_page(request, str(exc), status_code=400)
     rows = await q.people(pool, viewer.user_id, offset=offset)
     ctx = _base(viewer, "people")
-    ctx.update(people=rows[:q.PAGE_SIZE], offset=offset, page_size=q.PAGE_SIZE,
-               more=len(rows) > q.PAGE_SIZE)
+    ctx.update(
+        people=rows[: q.PAGE_SIZE],
+        offset=offset,
+        page_size=q.PAGE_SIZE,
+        more=len(rows) > q.PAGE_SIZE,
+    )
     return render(request, "people.html", ctx)
 
 
@@ -193,15 +217,14 @@ async def episodes(request: Request, viewer: ViewerDep, pool: Pool) -> HTMLRespo
         return error_page(request, str(exc), status_code=400)
     page = await q.episodes(pool, viewer.user_id, after=after)
     ctx = _base(viewer, "episodes")
-    ctx.update(episodes=page.rows, next=page.next.token() if page.next else None,
-               paged=after is not None)
+    ctx.update(
+        episodes=page.rows, next=page.next.token() if page.next else None, paged=after is not None
+    )
     return render(request, "episodes.html", ctx)
 
 
 @router.get("/episodes/{episode_id}", response_class=HTMLResponse)
-async def episode(
-    episode_id: str, request: Request, viewer: ViewerDep, pool: Pool
-) -> HTMLResponse:
+async def episode(episode_id: str, request: Request, viewer: ViewerDep, pool: Pool) -> HTMLResponse:
     try:
         key = _uuid("episode", episode_id)
     except BadInput as exc:
@@ -225,9 +248,14 @@ async def reviews(request: Request, viewer: ViewerDep, pool: Pool) -> HTMLRespon
         return error_page(request, str(exc), status_code=400)
     rows = await q.reviews(pool, viewer.user_id, status=status, offset=offset)
     ctx = _base(viewer, "reviews")
-    ctx.update(reviews=rows[:q.PAGE_SIZE], status=status or "", offset=offset,
-               page_size=q.PAGE_SIZE, more=len(rows) > q.PAGE_SIZE,
-               statuses=REVIEW_STATUSES)
+    ctx.update(
+        reviews=rows[: q.PAGE_SIZE],
+        status=status or "",
+        offset=offset,
+        page_size=q.PAGE_SIZE,
+        more=len(rows) > q.PAGE_SIZE,
+        statuses=REVIEW_STATUSES,
+    )
     return render(request, "reviews.html", ctx)
 
 

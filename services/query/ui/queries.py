@@ -209,8 +209,14 @@ class ItemFilter:
     subject: uuid.UUID | None = None
 
     def args(self) -> list[Any]:
-        return [self.theme, self.type, self.include_archived, self.state, self.embedding,
-                self.subject]
+        return [
+            self.theme,
+            self.type,
+            self.include_archived,
+            self.state,
+            self.embedding,
+            self.subject,
+        ]
 
 
 @dataclass(frozen=True)
@@ -251,12 +257,20 @@ async def types(pool: asyncpg.Pool, user_id: str) -> list[str]:
 
 
 async def items(
-    pool: asyncpg.Pool, user_id: str, where: ItemFilter, *, after: Cursor | None,
+    pool: asyncpg.Pool,
+    user_id: str,
+    where: ItemFilter,
+    *,
+    after: Cursor | None,
     limit: int = PAGE_SIZE,
 ) -> Page:
     rows = await pool.fetch(
-        LIST_ITEMS, user_id, *where.args(), after.at if after else None,
-        after.id if after else None, limit + 1,
+        LIST_ITEMS,
+        user_id,
+        *where.args(),
+        after.at if after else None,
+        after.id if after else None,
+        limit + 1,
     )
     more = len(rows) > limit
     rows = rows[:limit]
@@ -280,9 +294,7 @@ async def item(pool: asyncpg.Pool, user_id: str, item_id: uuid.UUID) -> asyncpg.
     return await pool.fetchrow(ITEM, user_id, item_id)
 
 
-async def replaces(
-    pool: asyncpg.Pool, user_id: str, item_id: uuid.UUID
-) -> list[asyncpg.Record]:
+async def replaces(pool: asyncpg.Pool, user_id: str, item_id: uuid.UUID) -> list[asyncpg.Record]:
     return list(await pool.fetch(REPLACES, user_id, item_id))
 
 
@@ -306,26 +318,23 @@ async def people(pool: asyncpg.Pool, user_id: str, *, offset: int) -> list[async
     return list(await pool.fetch(PEOPLE, user_id, PAGE_SIZE + 1, offset))
 
 
-async def person(
-    pool: asyncpg.Pool, user_id: str, person_id: uuid.UUID
-) -> asyncpg.Record | None:
+async def person(pool: asyncpg.Pool, user_id: str, person_id: uuid.UUID) -> asyncpg.Record | None:
     return await pool.fetchrow(PERSON, user_id, person_id)
 
 
 async def episodes(
     pool: asyncpg.Pool, user_id: str, *, after: Cursor | None, limit: int = 20
 ) -> Page:
-    rows = await pool.fetch(EPISODES, user_id, after.at if after else None,
-                            after.id if after else None, limit + 1)
+    rows = await pool.fetch(
+        EPISODES, user_id, after.at if after else None, after.id if after else None, limit + 1
+    )
     more = len(rows) > limit
     rows = rows[:limit]
     nxt = Cursor(rows[-1]["last_active_at"], rows[-1]["id"]) if more else None
     return Page(list(rows), nxt)
 
 
-async def episode(
-    pool: asyncpg.Pool, user_id: str, episode_id: uuid.UUID
-) -> asyncpg.Record | None:
+async def episode(pool: asyncpg.Pool, user_id: str, episode_id: uuid.UUID) -> asyncpg.Record | None:
     return await pool.fetchrow(EPISODE, user_id, episode_id)
 
 

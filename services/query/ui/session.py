@@ -30,8 +30,11 @@ router = APIRouter()
 
 def _redirect(location: str) -> HTTPException:
     # HX-Redirect makes an HTMX fragment request navigate instead of swapping a page in.
-    return HTTPException(status.HTTP_303_SEE_OTHER, f"see {location}",
-                         headers={"Location": location, "HX-Redirect": location})
+    return HTTPException(
+        status.HTTP_303_SEE_OTHER,
+        f"see {location}",
+        headers={"Location": location, "HX-Redirect": location},
+    )
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,13 @@ SameOrigin = Depends(same_origin)
 
 def _set_cookie(request: Request, response: Response, name: str, value: str) -> None:
     response.set_cookie(
-        name, value, max_age=COOKIE_MAX_AGE, path=COOKIE_PATH, httponly=True,
-        samesite="strict", secure=bool(request.app.state.settings.cookie_secure),
+        name,
+        value,
+        max_age=COOKIE_MAX_AGE,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=bool(request.app.state.settings.cookie_secure),
     )
 
 
@@ -100,10 +108,12 @@ async def login(
     found = await lookup_key(pool, secret) if secret else None
     if found is None:
         message = "Enter an API key." if not secret else "Unknown or revoked API key."
-        return render(request, "login.html", {"error": message},
-                      status_code=status.HTTP_401_UNAUTHORIZED)
-    response = RedirectResponse("/ui/users" if found.is_admin else "/ui/",
-                                status_code=status.HTTP_303_SEE_OTHER)
+        return render(
+            request, "login.html", {"error": message}, status_code=status.HTTP_401_UNAUTHORIZED
+        )
+    response = RedirectResponse(
+        "/ui/users" if found.is_admin else "/ui/", status_code=status.HTTP_303_SEE_OTHER
+    )
     _set_cookie(request, response, COOKIE_NAME, secret)
     response.delete_cookie(USER_COOKIE, path=COOKIE_PATH)
     return response
@@ -125,13 +135,18 @@ async def pick_user_page(
         return error_page(request, "prefix is longer than 200 characters", status_code=400)
     users = await q.users(pool, prefix)
     name = "_users.html" if is_htmx(request) else "users.html"
-    return render(request, name, {"users": users, "prefix": prefix or "",
-                                  "current": request.cookies.get(USER_COOKIE)})
+    return render(
+        request,
+        name,
+        {"users": users, "prefix": prefix or "", "current": request.cookies.get(USER_COOKIE)},
+    )
 
 
 @router.post("/users", dependencies=[SameOrigin])
 async def pick_user(
-    request: Request, pool: Pool, who: AdminDep,
+    request: Request,
+    pool: Pool,
+    who: AdminDep,
     user_id: Annotated[str, Form(min_length=1, max_length=500)],
 ) -> Response:
     if await q.user(pool, user_id) is None:

@@ -105,13 +105,21 @@ async def settings_page(request: Request, viewer: ViewerDep, pool: Pool) -> HTML
     s = _settings(request)
     current = await get_provider_settings(pool, viewer.user_id, s)
     s_emb = as_embedding_settings(s)
-    return render(request, "settings.html", {
-        "viewer": viewer, "active": "settings", "current": current,
-        "providers": PROVIDERS, "count": await rebuild_count(pool, viewer.user_id),
-        "rebuild": await rebuild_progress(pool, viewer.user_id),
-        "system": system_config(s_emb), "user_override": s_emb.embedding_user_override,
-        "column_dim": s.embedding_dim,
-    })
+    return render(
+        request,
+        "settings.html",
+        {
+            "viewer": viewer,
+            "active": "settings",
+            "current": current,
+            "providers": PROVIDERS,
+            "count": await rebuild_count(pool, viewer.user_id),
+            "rebuild": await rebuild_progress(pool, viewer.user_id),
+            "system": system_config(s_emb),
+            "user_override": s_emb.embedding_user_override,
+            "column_dim": s.embedding_dim,
+        },
+    )
 
 
 @router.post("/settings/test", response_class=HTMLResponse, dependencies=[SameOrigin])
@@ -120,18 +128,16 @@ async def test_endpoint(request: Request, viewer: ViewerDep, pool: Pool) -> HTML
     try:
         new = await _form(request)
     except FormError as exc:
-        return render(request, "_probe.html", {"error": str(exc), "result": None},
-                      status_code=400)
+        return render(request, "_probe.html", {"error": str(exc), "result": None}, status_code=400)
     config = config_from_input(new, stored_key=await stored_api_key(pool, viewer.user_id, s))
     result = await probe_endpoint(config, s)
-    return render(request, "_probe.html", {"error": None, "result": result,
-                                           "column_dim": s.embedding_dim})
+    return render(
+        request, "_probe.html", {"error": None, "result": result, "column_dim": s.embedding_dim}
+    )
 
 
 @router.post("/settings/save", response_class=HTMLResponse, dependencies=[SameOrigin])
-async def save(
-    request: Request, viewer: ViewerDep, pool: Pool, publisher: Pub
-) -> HTMLResponse:
+async def save(request: Request, viewer: ViewerDep, pool: Pool, publisher: Pub) -> HTMLResponse:
     s = _settings(request)
     try:
         new = await _form(request)
@@ -143,19 +149,26 @@ async def save(
     changed = after is not None and _identity(before) != _identity(after)
     count = await rebuild_count(pool, viewer.user_id)
     if changed and count.total > 0 and not confirmed:
-        return render(request, "_confirm.html", {"before": before, "after": after,
-                                                 "count": count})
+        return render(request, "_confirm.html", {"before": before, "after": after, "count": count})
     saved = await put_provider_settings(pool, viewer.user_id, new, s)
     rebuild = None
     if changed and count.total > 0:
         rebuild = await start_rebuild(pool, viewer.user_id, s, publisher=publisher)
-    return render(request, "_saved.html", {
-        "error": None, "saved": saved, "changed": changed, "rebuild": rebuild,
-        "in_effect": after is not None and after.source == "user",
-    })
+    return render(
+        request,
+        "_saved.html",
+        {
+            "error": None,
+            "saved": saved,
+            "changed": changed,
+            "rebuild": rebuild,
+            "in_effect": after is not None and after.source == "user",
+        },
+    )
 
 
 @router.get("/settings/rebuild", response_class=HTMLResponse)
 async def rebuild_status(request: Request, viewer: ViewerDep, pool: Pool) -> HTMLResponse:
-    return render(request, "_rebuild.html",
-                  {"rebuild": await rebuild_progress(pool, viewer.user_id)})
+    return render(
+        request, "_rebuild.html", {"rebuild": await rebuild_progress(pool, viewer.user_id)}
+    )

@@ -67,16 +67,18 @@ def render(
 def error_page(request: Request, message: str, *, status_code: int) -> HTMLResponse:
     """A 4xx page (or, for an HTMX request, the fragment) that says what was wrong."""
     name = "_error.html" if is_htmx(request) else "error.html"
-    return render(request, name, {"message": message, "status": status_code},
-                  status_code=status_code)
+    return render(
+        request, name, {"message": message, "status": status_code}, status_code=status_code
+    )
 
 
 async def static_file(name: str) -> FileResponse:
     media = STATIC_FILES.get(name)
     if media is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no static file {name!r}")
-    return FileResponse(STATIC / name, media_type=media,
-                        headers={"Cache-Control": "public, max-age=3600"})
+    return FileResponse(
+        STATIC / name, media_type=media, headers={"Cache-Control": "public, max-age=3600"}
+    )
 
 
 def same_origin(request: Request) -> None:
