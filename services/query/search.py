@@ -79,21 +79,37 @@ LIMIT $8
 LEXICAL = """
 WITH q AS MATERIALIZED (
     SELECT array_to_string(ARRAY(
-               SELECT quote_literal(w)
-               FROM unnest(tsvector_to_array(to_tsvector('english', $8::text))) AS w
-           ), ' | ')::tsquery AS tsq
+               SELECT quote_literal(w) FROM unnest(tsvector_to_array(tsv)) AS w
+           ), ' | ')::tsquery AS tsq,
+           ARRAY(
+               SELECT hashtextextended($1 || chr(31) || w, 0)
+               FROM unnest(tsvector_to_array(tsv)) AS w
+           ) AS keys
+    FROM to_tsvector('english', $8::text) AS tsv
 ),
 top AS MATERIALIZED (
     SELECT m.id, m.created_at, ts_rank(m.fts, q.tsq)::float8 AS rank
     FROM memory_items m, q
-    WHERE {scope} AND m.fts @@ q.tsq {filters}
+    WHERE {match} {filters}
     ORDER BY rank DESC, m.created_at DESC, m.id
     LIMIT {k}
 )
 SELECT {columns}, top.rank
 FROM top JOIN memory_items m ON m.id = top.id
+WHERE top.rank > 0
 ORDER BY top.rank DESC, top.created_at DESC, top.id
 """
+# How a row matches. One user's: the hashes of the query's words as that user's
+# keys (memory_items_user_lexemes_idx, migration 0055), so the index returns only
+# their rows; the user is checked on each row as a filter ("IS TRUE" keeps the
+# planner from AND-ing the bitmap with the user_id b-tree: for a 100k-item user,
+# a 100,000-entry scan), and a row a hash collision lets in has rank 0 and is
+# dropped above. Across users (admin): the words themselves, in (user_id, fts).
+_MATCH = {
+    "user": "memory_user_lexemes(m.user_id, m.key, m.content) && q.keys "
+    "AND (m.user_id = $1) IS TRUE",
+    "any": f"{_ANY_USER} AND m.fts @@ q.tsq",
+}
 
 # Exact: "+ 0" keeps the planner off the HNSW index, so every row of the
 # user's is compared (used when the user has few rows).
@@ -148,7 +164,12 @@ _SCOPES = {"user": _USER, "any": _ANY_USER}
 
 def _statement(template: str, scope: str, dim: int = 0) -> str:
     return template.format(
-        columns=_COLUMNS, scope=_SCOPES[scope], filters=_FILTERS, k=CANDIDATES_PER_SIGNAL, dim=dim
+        columns=_COLUMNS,
+        scope=_SCOPES[scope],
+        match=_MATCH[scope],
+        filters=_FILTERS,
+        k=CANDIDATES_PER_SIGNAL,
+        dim=dim,
     )
 
 

@@ -207,3 +207,57 @@ async def test_a_user_with_50_items_among_many_still_gets_k_results(make_setting
             "EXPLAIN " + search_module.index_statement("user", 384), *filters, q
         )
     assert "hnsw" in "\n".join(r[0] for r in plan)
+
+
+async def test_the_lexical_side_reads_only_the_users_own_words(pool):
+    """Migration 0055: a user's search matches their words through per-user keys;
+    the keys are the row's own lexemes, the ranking is the one over `fts`, and
+    another user's rows holding the same words never come back."""
+    from services.query import search as search_module
+
+    me, other = f"lex-{uuid.uuid4().hex[:8]}", f"lex-{uuid.uuid4().hex[:8]}"
+    await pool.execute("INSERT INTO users (id) VALUES ($1), ($2)", me, other)
+    mine = [
+        (None, "Walked the dogs along the river before breakfast"),
+        ("diet", "Vegetarian; never eats fish; the river café is a favourite"),
+        (None, "Zürich trip: the dogs stayed with Ana, crème brûlée twice"),
+        (None, "Quarterly report due Friday"),
+    ]
+    async with pool.acquire() as conn:
+        await conn.copy_records_to_table(
+            "memory_items",
+            records=[(me, "fact", k, c) for k, c in mine]
+            + [(other, "fact", None, "the dogs and the river, the river and the dogs")] * 20,
+            columns=["user_id", "type", "key", "content"],
+        )
+    # the index keys are exactly the user's hashes of the stored `fts` lexemes
+    # (the same text and configuration as the generated column, a NULL key too)
+    assert await pool.fetchval(
+        """SELECT bool_and(memory_user_lexemes(user_id, key, content)::bigint[]
+                         = ARRAY(SELECT hashtextextended(user_id || chr(31) || w, 0)
+                                 FROM unnest(tsvector_to_array(fts)) AS w))
+           FROM memory_items WHERE user_id IN ($1, $2)""",
+        me,
+        other,
+    )
+    filters = [me, None, "active", None, None, False, None]
+    for query in ("dogs river", "RIVER", "Zürich crème brûlée", "fish diet", "friday report"):
+        new = await pool.fetch(search_module.STATEMENTS[("user", "lexical")], *filters, query)
+        # the same statement through (user_id, fts) as before migration 0055
+        old = await pool.fetch(search_module.STATEMENTS[("any", "lexical")], *filters, query)
+        assert new, query
+        assert [(r["id"], r["rank"]) for r in new] == [(r["id"], r["rank"]) for r in old]
+        assert {r["user_id"] for r in new} == {me}
+    none = await pool.fetch(search_module.STATEMENTS[("user", "lexical")], *filters, "banana")
+    assert none == []
+    # the plan: the per-user keys, without AND-ing a scan of all the user's rows
+    await pool.execute("ANALYZE memory_items")
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(
+            r[0]
+            for r in await conn.fetch(
+                "EXPLAIN " + search_module.STATEMENTS[("user", "lexical")], *filters, "dogs"
+            )
+        )
+    assert "memory_items_user_lexemes_idx" in plan and "BitmapAnd" not in plan
