@@ -100,7 +100,7 @@ WHERE top.rank > 0
 ORDER BY top.rank DESC, top.created_at DESC, top.id
 """
 # How a row matches. One user's: the hashes of the query's words as that user's
-# keys (memory_items_user_lexemes_idx, migration 0055), so the index returns only
+# keys (memory_items_user_lexemes_idx, migration 0022), so the index returns only
 # their rows; the user is checked on each row as a filter ("IS TRUE" keeps the
 # planner from AND-ing the bitmap with the user_id b-tree: for a 100k-item user,
 # a 100,000-entry scan), and a row a hash collision lets in has rank 0 and is

@@ -210,7 +210,7 @@ async def test_a_user_with_50_items_among_many_still_gets_k_results(make_setting
 
 
 async def test_the_lexical_side_reads_only_the_users_own_words(pool):
-    """Migration 0055: a user's search matches their words through per-user keys;
+    """Migration 0022: a user's search matches their words through per-user keys;
     the keys are the row's own lexemes, the ranking is the one over `fts`, and
     another user's rows holding the same words never come back."""
     from services.query import search as search_module
@@ -243,7 +243,7 @@ async def test_the_lexical_side_reads_only_the_users_own_words(pool):
     filters = [me, None, "active", None, None, False, None]
     for query in ("dogs river", "RIVER", "Zürich crème brûlée", "fish diet", "friday report"):
         new = await pool.fetch(search_module.STATEMENTS[("user", "lexical")], *filters, query)
-        # the same statement through (user_id, fts) as before migration 0055
+        # the same statement through (user_id, fts) as before migration 0022
         old = await pool.fetch(search_module.STATEMENTS[("any", "lexical")], *filters, query)
         assert new, query
         assert [(r["id"], r["rank"]) for r in new] == [(r["id"], r["rank"]) for r in old]
