@@ -3,8 +3,10 @@
 Publishes 5,000 turns (50 users) on ``turns`` with the local model on, and times
 until every message has its vector stored (ingest → ``embed`` → embedder →
 PostgreSQL). In the same run the bare model embeds the same texts in the same
-batch size, once before and once after the pipeline (the mean is used: the
-machine may be shared). "The same texts" are what the embedder gives the model
+batch size, run as the embedder runs it (``embedding_local_workers`` passes at
+once, ``embedding_local_threads`` threads each), once before and once after the
+pipeline (the mean is used: the machine may be shared); once, for reference, it
+also runs one pass at a time on every core. "The same texts" are what the embedder gives the model
 for a turn (``store.message_text``: date, speaker, content), checked against the
 stored rows after the run. Writes bench/results/embed.json and prints a table.
 
@@ -25,6 +27,7 @@ import random
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -111,10 +114,16 @@ def model_text(content: str) -> str:
     return store.message_text(content, "user", None, None, None, speaker=None, at=AT)
 
 
-def bare_model(corpus: list[str]) -> float:
+def bare_model(corpus: list[str], workers: int) -> float:
+    """The model alone, run as the embedder runs it: ``workers`` passes at once."""
+    chunks = [corpus[i : i + BATCH] for i in range(0, len(corpus), BATCH)]
     started = time.perf_counter()
-    for i in tqdm(range(0, len(corpus), BATCH), desc="bare model", unit="batch"):
-        local.encode(corpus[i : i + BATCH], batch_size=BATCH)
+    with (
+        ThreadPoolExecutor(workers) as pool,
+        tqdm(total=len(chunks), desc="bare model", unit="batch") as bar,
+    ):
+        for _ in pool.map(lambda chunk: local.encode(chunk, batch_size=BATCH), chunks):
+            bar.update()
     return time.perf_counter() - started
 
 
@@ -215,15 +224,24 @@ async def main(n: int, rounds: int) -> None:
         await conn.close()
         print("loading the model…")
         local.encode(model_texts[:BATCH], batch_size=BATCH)  # load + warm up
+        # For reference, once: one pass at a time on every core (the default of a
+        # process that embeds single queries, and the embedder's before it ran a
+        # pass per core).
+        local.configure(workers=1, threads=0)
+        one_pass_s = bare_model(model_texts, 1)
+        # The embedder's configuration, for the bare runs and the pipeline alike.
+        config = EmbedderSettings()
+        workers = config.embedding_local_workers
+        local.configure(workers=workers, threads=config.embedding_local_threads)
         # bare, pipeline, bare, pipeline, …, bare: each pipeline run is compared with
         # the mean of the bare runs either side of it (the machine may be shared),
         # and the median round is reported.
-        bare_s = [bare_model(model_texts)]
+        bare_s = [bare_model(model_texts, workers)]
         pipeline_s: list[float] = []
         for r in range(rounds):
             print(f"round {r + 1} of {rounds}")
             pipeline_s.append(await pipeline(db_url, redis_url, tmp, corpus))
-            bare_s.append(bare_model(model_texts))
+            bare_s.append(bare_model(model_texts, workers))
     ratios = [((bare_s[i] + bare_s[i + 1]) / 2) / p for i, p in enumerate(pipeline_s)]
     mid = sorted(range(rounds), key=lambda i: ratios[i])[rounds // 2]
     model_s = (bare_s[mid] + bare_s[mid + 1]) / 2
@@ -237,6 +255,9 @@ async def main(n: int, rounds: int) -> None:
         "model_seconds": round(model_s, 2),
         "pipeline_seconds": round(pipeline_s[mid], 2),
         "model_seconds_runs": [round(x, 2) for x in bare_s],
+        "model_workers": workers,
+        "model_threads_per_pass": config.embedding_local_threads,
+        "model_one_pass_all_cores_seconds": round(one_pass_s, 2),
         "pipeline_seconds_runs": [round(x, 2) for x in pipeline_s],
         "ratio_runs": [round(x, 3) for x in ratios],
         "model_texts_per_s": round(model_rate, 1),
@@ -250,6 +271,7 @@ async def main(n: int, rounds: int) -> None:
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\n{'':<10}{'seconds':>10}{'texts/s':>10}")
     print(f"{'model':<10}{model_s:>10.2f}{model_rate:>10.1f}")
+    print(f"{'(1 pass)':<10}{one_pass_s:>10.2f}{n / one_pass_s:>10.1f}")
     print(f"{'pipeline':<10}{pipeline_s[mid]:>10.2f}{pipeline_rate:>10.1f}")
     print(
         f"ratio (pipeline / model), median of {rounds} rounds: {result['ratio']:.3f} "

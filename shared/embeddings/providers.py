@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import httpx
 from pydantic import SecretStr
 
+from shared.embeddings import local
 from shared.embeddings.base import Embedder
 from shared.embeddings.http import HttpEndpoint, HttpOptions, OllamaEmbedder, OpenAIEmbedder
 from shared.embeddings.local import LocalEmbedder
@@ -68,6 +69,9 @@ class ProviderRegistry:
     def from_settings(
         cls, settings: EmbeddingSettings, *, transport: httpx.AsyncBaseTransport | None = None
     ) -> ProviderRegistry:
+        local.configure(
+            workers=settings.embedding_local_workers, threads=settings.embedding_local_threads
+        )
         return cls(
             HttpOptions(
                 timeout_s=settings.embedding_timeout_s,

@@ -45,6 +45,12 @@ class EmbeddingSettings(CommonSettings):
     embedding_local_batch: int = Field(
         default=64, description="texts per forward pass of the local model"
     )
+    embedding_local_workers: int = Field(
+        default=1, ge=1, description="forward passes of the local model at once"
+    )
+    embedding_local_threads: int = Field(
+        default=0, ge=0, description="CPU threads per forward pass; 0 = every core"
+    )
     secret_key: SecretStr | None = Field(
         default=None,
         description="Fernet key that encrypts users' API keys; unset = generated once "

@@ -36,3 +36,30 @@ async def test_paraphrases_score_closer_than_unrelated_sentences(
     assert cosine(a, b) > cosine(a, c) + 0.2
     [q] = await embedder.embed(["when is the kid's birthday celebration?"])
     assert cosine(q, b) > cosine(q, c)
+
+
+async def test_passes_at_once_on_one_thread_each_give_the_same_vectors() -> None:
+    """The embedder's configuration (a pass per core, one thread each) embeds the
+    same texts to the same vectors as one pass at a time on every core."""
+    import asyncio
+
+    import torch
+
+    from shared.embeddings import local
+
+    texts = [f"note {i}: the plumber fixes the kitchen tap on day {i}" for i in range(48)]
+    chunks = [texts[i : i + 16] for i in range(0, len(texts), 16)]
+    try:
+        local.configure(workers=1, threads=0)
+        one_at_a_time = local.encode(texts, batch_size=16)
+        local.configure(workers=2, threads=1)
+        assert torch.get_num_threads() == 1
+        parts = await asyncio.gather(
+            *(asyncio.to_thread(local.encode, c, batch_size=16) for c in chunks)
+        )
+    finally:
+        local.configure(workers=1, threads=0)
+    together = [v for part in parts for v in part]
+    assert len(together) == len(one_at_a_time) == 48
+    for a, b in zip(one_at_a_time, together, strict=True):
+        assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-4
