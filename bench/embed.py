@@ -6,9 +6,10 @@ PostgreSQL). In the same run the bare model embeds the same texts in the same
 batch size, run as the embedder runs it (``embedding_local_workers`` passes at
 once, ``embedding_local_threads`` threads each), once before and once after the
 pipeline (the mean is used: the machine may be shared); once, for reference, it
-also runs one pass at a time on every core. "The same texts" are what the embedder gives the model
-for a turn (``store.message_text``: date, speaker, content), checked against the
-stored rows after the run. Writes bench/results/embed.json and prints a table.
+also runs one pass at a time on every core. "The same texts" are what the
+embedder gives the model for a turn (``store.message_text``: date, speaker,
+content), checked against the stored rows after the run. Writes
+bench/results/embed.json and prints a table.
 
 Ingest runs as its own process (as deployed); the embedder runs in this process
 so the model, loaded once for the bare run, is warm for both. Uses an embedded

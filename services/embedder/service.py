@@ -38,10 +38,12 @@ COUNT_STATE = {
 
 
 def options(settings: EmbedderSettings) -> Options:
+    # At least one call in flight per local model pass, or passes (one per core by
+    # default) would sit idle on a machine with more cores than embed_parallel.
     return Options(
         dim=settings.embedding_dim,
         batch=settings.embed_batch_size,
-        parallel=settings.embed_parallel,
+        parallel=max(settings.embed_parallel, settings.embedding_local_workers),
         retry_backoff_s=settings.embed_retry_backoff_s,
         retry_max_s=settings.embed_retry_max_s,
     )

@@ -63,3 +63,11 @@ async def test_passes_at_once_on_one_thread_each_give_the_same_vectors() -> None
     assert len(together) == len(one_at_a_time) == 48
     for a, b in zip(one_at_a_time, together, strict=True):
         assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-4
+
+
+def test_the_embedder_keeps_a_call_in_flight_for_every_model_pass() -> None:
+    from services.embedder.service import options
+    from services.embedder.settings import EmbedderSettings
+
+    assert options(EmbedderSettings(embedding_local_workers=6, embed_parallel=2)).parallel == 6
+    assert options(EmbedderSettings(embedding_local_workers=1, embed_parallel=3)).parallel == 3
