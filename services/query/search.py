@@ -79,13 +79,10 @@ LIMIT $8
 LEXICAL = """
 WITH q AS MATERIALIZED (
     SELECT array_to_string(ARRAY(
-               SELECT quote_literal(w) FROM unnest(tsvector_to_array(tsv)) AS w
+               SELECT quote_literal(w)
+               FROM unnest(tsvector_to_array(to_tsvector('english', $8::text))) AS w
            ), ' | ')::tsquery AS tsq,
-           ARRAY(
-               SELECT hashtextextended($1 || chr(31) || w, 0)
-               FROM unnest(tsvector_to_array(tsv)) AS w
-           ) AS keys
-    FROM to_tsvector('english', $8::text) AS tsv
+           memory_user_lexemes($1, NULL, $8::text) AS keys
 ),
 top AS MATERIALIZED (
     SELECT m.id, m.created_at, ts_rank(m.fts, q.tsq)::float8 AS rank
@@ -99,8 +96,8 @@ FROM top JOIN memory_items m ON m.id = top.id
 WHERE top.rank > 0
 ORDER BY top.rank DESC, top.created_at DESC, top.id
 """
-# How a row matches. One user's: the hashes of the query's words as that user's
-# keys (memory_items_user_lexemes_idx, migration 0022), so the index returns only
+# How a row matches. One user's: the query's words as that user's keys (the same
+# function as memory_items_user_lexemes_idx, migration 0022), so the index returns only
 # their rows; the user is checked on each row as a filter ("IS TRUE" keeps the
 # planner from AND-ing the bitmap with the user_id b-tree: for a 100k-item user,
 # a 100,000-entry scan), and a row a hash collision lets in has rank 0 and is
