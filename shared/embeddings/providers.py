@@ -70,7 +70,9 @@ class ProviderRegistry:
         cls, settings: EmbeddingSettings, *, transport: httpx.AsyncBaseTransport | None = None
     ) -> ProviderRegistry:
         local.configure(
-            workers=settings.embedding_local_workers, threads=settings.embedding_local_threads
+            workers=settings.embedding_local_workers,
+            threads=settings.embedding_local_threads,
+            cache_dir=settings.data_dir / "models",
         )
         return cls(
             HttpOptions(

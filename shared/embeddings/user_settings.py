@@ -23,7 +23,7 @@ from pydantic_core import PydanticCustomError
 from shared.db import Executor
 from shared.embeddings import crypto
 from shared.embeddings.base import Embedder
-from shared.embeddings.local import MODEL_NAME as LOCAL_MODEL
+from shared.embeddings.local import MODELS as LOCAL_MODELS
 from shared.embeddings.providers import (
     ProviderConfig,
     ProviderRegistry,
@@ -77,11 +77,11 @@ class ProviderSettingsIn(BaseModel):
     def _coherent(self) -> ProviderSettingsIn:
         # PydanticCustomError (not ValueError) keeps the error JSON-serialisable in a 422.
         if self.provider == "local":
-            if self.model != LOCAL_MODEL:
+            if self.model not in LOCAL_MODELS:
                 raise PydanticCustomError(
                     "provider_settings",
-                    "the local provider only runs {model}",
-                    {"model": LOCAL_MODEL},
+                    "the local provider runs {models}",
+                    {"models": " or ".join(LOCAL_MODELS)},
                 )
             if self.endpoint_url:
                 raise PydanticCustomError(

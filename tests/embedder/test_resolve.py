@@ -136,5 +136,5 @@ async def test_settings_change_applies_on_the_next_call(
 def test_bad_provider_settings_are_refused_with_a_reason() -> None:
     with pytest.raises(ValidationError, match="needs endpoint_url"):
         ProviderSettingsIn(provider="openai", model="x")
-    with pytest.raises(ValidationError, match="only runs"):
+    with pytest.raises(ValidationError, match="local provider runs"):
         ProviderSettingsIn(provider="local", model="bge-large")

@@ -1,0 +1,105 @@
+"""The int8 ONNX model: exported offline from the installed model, close to PyTorch's vectors."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shared.embeddings import local, local_onnx
+from shared.embeddings.local import LocalEmbedder
+
+pytestmark = pytest.mark.slow
+
+SAMPLES = [
+    "My daughter's birthday party is on Saturday.",
+    "We are celebrating my girl's birthday this weekend.",
+    "The quarterly tax filing deadline moved to April.",
+    "[2023-05-08 13:56] Caroline: I went to a LGBTQ support group yesterday and it was "
+    "so powerful.",
+    "Ünïcödé café naïve résumé — 東京 🙂",
+    "Melanie: Thanks! I painted that lake sunrise last year, it's special to me.",
+    "the plumber fixes the leaking kitchen tap on Tuesday " * 40,  # past 256 tokens
+]
+
+# A word or two (or nothing) has few activations to spread int8's error over: these
+# land within cosine 0.97 of PyTorch's vectors (0.96 is the floor tested), sentences
+# within 0.99.
+SHORT = ["hi", "ok", "thanks!", ""]
+
+# The export in a child process whose sockets all refuse: any download attempt fails it.
+NO_NETWORK = """
+import socket, sys
+from pathlib import Path
+def refuse(*args, **kwargs):
+    raise OSError("network access during the export")
+socket.socket.connect = refuse
+socket.socket.connect_ex = refuse
+socket.create_connection = refuse
+socket.getaddrinfo = refuse
+from shared.embeddings import local_onnx
+local_onnx.export(Path(sys.argv[1]))
+"""
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A models directory holding the int8 file, exported with the network refused."""
+    cache = tmp_path_factory.mktemp("models")
+    out = local_onnx.cached_path(cache)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    done = subprocess.run(
+        [sys.executable, "-c", NO_NETWORK, str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return cache
+
+
+def test_the_export_runs_without_network_access(cache_dir: Path) -> None:
+    out = local_onnx.cached_path(cache_dir)
+    assert out.stat().st_size > 10_000_000
+    # ensure_exported finds it and exports nothing anew.
+    before = out.stat().st_mtime_ns
+    assert local_onnx.ensure_exported(cache_dir) == out
+    assert out.stat().st_mtime_ns == before
+
+
+async def test_int8_and_pytorch_vectors_agree_to_cosine_099(cache_dir: Path) -> None:
+    local.configure(workers=1, threads=0, cache_dir=cache_dir)
+    int8 = LocalEmbedder(model=local.INT8_MODEL, batch_size=4)
+    assert (int8.provider, int8.model, int8.dimensions) == ("local", "all-MiniLM-L6-v2-int8", 384)
+    onnx_vectors = await int8.embed(SAMPLES + SHORT)
+    torch_vectors = await LocalEmbedder(model=local.MODEL_NAME, batch_size=4).embed(
+        SAMPLES + SHORT
+    )
+    assert all(len(v) == 384 for v in onnx_vectors)
+    for text, a, b in zip(SAMPLES + SHORT, onnx_vectors, torch_vectors, strict=True):
+        assert math.isclose(sum(x * x for x in a), 1.0, abs_tol=1e-4)
+        assert cosine(a, b) >= (0.99 if text in SAMPLES else 0.96), text[:40]
+    # A text's vector barely depends on its batch (activations are quantized with one
+    # scale per batch, so its companions move it a little) and not on its place.
+    alone = [(await int8.embed([t]))[0] for t in reversed(SAMPLES)][::-1]
+    for a, b in zip(onnx_vectors, alone, strict=True):
+        assert cosine(a, b) > 0.99
+
+
+async def test_a_paraphrase_scores_closer_than_an_unrelated_sentence_with_int8(
+    cache_dir: Path,
+) -> None:
+    local.configure(workers=1, threads=0, cache_dir=cache_dir)
+    a, b, c = await LocalEmbedder(model=local.INT8_MODEL).embed(SAMPLES[1:4])
+    assert cosine(a, b) > cosine(a, c) + 0.2
