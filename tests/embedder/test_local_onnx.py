@@ -101,5 +101,5 @@ async def test_a_paraphrase_scores_closer_than_an_unrelated_sentence_with_int8(
     cache_dir: Path,
 ) -> None:
     local.configure(workers=1, threads=0, cache_dir=cache_dir)
-    a, b, c = await LocalEmbedder(model=local.INT8_MODEL).embed(SAMPLES[1:4])
+    a, b, c = await LocalEmbedder(model=local.INT8_MODEL).embed(SAMPLES[:3])
     assert cosine(a, b) > cosine(a, c) + 0.2
