@@ -40,10 +40,19 @@ def bench_postgres(data_dir: Path) -> EmbeddedPostgres:
 
 
 @contextlib.contextmanager
+def share_model_cache(data_dir: Path) -> None:
+    """Point ``data_dir/models`` at the checkout's (``.engram/models``), so the int8
+    model is exported once, not in every bench's temporary data directory."""
+    shared = Path(__file__).resolve().parent.parent / ".engram" / "models"
+    shared.mkdir(parents=True, exist_ok=True)
+    (data_dir / "models").symlink_to(shared)
+
+
 def bench_stack(prefix: str = "bench") -> Iterator[CommonSettings]:
     """Settings pointing at fresh servers (or the configured ones), migrated."""
     base = CommonSettings()
     tmp = Path(tempfile.mkdtemp(prefix=f"engram-{prefix}-"))
+    share_model_cache(tmp)
     pg = rd = None
     try:
         db_url = base.database_url.get_secret_value() if base.database_url else None
@@ -151,6 +160,7 @@ class Progress:
 def stack(*, redis: bool = True) -> Iterator[tuple[str, str | None, Path]]:
     """Bare URLs of fresh servers (or the configured ones), not migrated: (db, redis, tmp)."""
     tmp = Path(tempfile.mkdtemp(prefix="engram-bench-"))
+    share_model_cache(tmp)
     pg: EmbeddedPostgres | None = None
     rd: EmbeddedRedis | None = None
     db_url = os.environ.get("ENGRAM_DATABASE_URL")

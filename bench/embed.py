@@ -1,18 +1,22 @@
-"""bench.embed: does the pipeline cost anything on top of the local model?
+"""bench.embed: the local models, bare and through the pipeline, side by side.
 
-Publishes 5,000 turns (50 users) on ``turns`` with the local model on, and times
-until every message has its vector stored (ingest → ``embed`` → embedder →
+For each local model (PyTorch ``all-MiniLM-L6-v2`` and ONNX int8
+``all-MiniLM-L6-v2-int8``): publishes 5,000 turns (50 users) on ``turns`` and
+times until every message has its vector stored (ingest → ``embed`` → embedder →
 PostgreSQL). In the same run the bare model embeds the same texts in the same
 batch size, run as the embedder runs it (``embedding_local_workers`` passes at
-once, ``embedding_local_threads`` threads each), once before and once after the
-pipeline (the mean is used: the machine may be shared); once, for reference, it
-also runs one pass at a time on every core. "The same texts" are what the
-embedder gives the model for a turn (``store.message_text``: date, speaker,
-content), checked against the stored rows after the run. Writes
-bench/results/embed.json and prints a table.
+once, ``embedding_local_threads`` threads each), before and after each pipeline
+run (the mean of the two is used: the machine may be shared); the models
+alternate round by round. Once, for reference, each also runs one pass at a
+time on every core. "The same texts" are what the embedder gives the model for a
+turn (``store.message_text``: date, speaker, content), checked against the
+stored rows after the run. Writes bench/results/embed.json and prints a table.
+
+``python -m bench.embed live`` measures time to searchable instead (see
+``live``).
 
 Ingest runs as its own process (as deployed); the embedder runs in this process
-so the model, loaded once for the bare run, is warm for both. Uses an embedded
+so the models, loaded once for the bare runs, are warm for both. Uses an embedded
 PostgreSQL and Redis in a temp dir unless ENGRAM_DATABASE_URL / ENGRAM_REDIS_URL
 are set. Run: ``python -m bench.embed [turns [rounds]]`` (or ``make bench-embed``):
 3 rounds by default, the median reported.
@@ -31,6 +35,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import redis.asyncio as aioredis
@@ -49,6 +54,7 @@ from shared.migrate import migrate
 from shared.streams import Publisher
 
 RESULTS = Path(__file__).parent / "results" / "embed.json"
+LABELS = {local.MODEL_NAME: "PyTorch", local.INT8_MODEL: "ONNX int8"}
 BATCH = 64
 USERS = 50
 # Every turn's time, so the text the embedder builds for it is known in advance.
@@ -115,52 +121,63 @@ def model_text(content: str) -> str:
     return store.message_text(content, "user", None, None, None, speaker=None, at=AT)
 
 
-def bare_model(corpus: list[str], workers: int) -> float:
+def bare_model(corpus: list[str], workers: int, model: str) -> float:
     """The model alone, run as the embedder runs it: ``workers`` passes at once."""
     chunks = [corpus[i : i + BATCH] for i in range(0, len(corpus), BATCH)]
     started = time.perf_counter()
     with (
         ThreadPoolExecutor(workers) as pool,
-        tqdm(total=len(chunks), desc="bare model", unit="batch") as bar,
+        tqdm(total=len(chunks), desc=f"bare {LABELS[model]}", unit="batch") as bar,
     ):
-        for _ in pool.map(lambda chunk: local.encode(chunk, batch_size=BATCH), chunks):
+        for _ in pool.map(lambda chunk: local.encode(chunk, batch_size=BATCH, model=model), chunks):
             bar.update()
     return time.perf_counter() - started
 
 
-async def pipeline(db_url: str, redis_url: str, data_dir: Path, corpus: list[str]) -> float:
-    from tests.support import running, start_service, wait_healthy
-
-    prefix = f"bench{uuid.uuid4().hex[:6]}:"
-    common = {
-        "database_url": SecretStr(db_url),
-        "redis_url": SecretStr(redis_url),
-        "data_dir": data_dir,
-        "stream_prefix": prefix,
-    }
-    es = EmbedderSettings(
+def embedder_settings(common: dict[str, Any], model: str) -> EmbedderSettings:
+    return EmbedderSettings(
         **common,
         embedding_provider="local",
+        embedding_model=model,
         embed_batch_size=BATCH,
         embedding_local_batch=BATCH,
         embedder_port=free_port(),
     )
-    ingest_settings = IngestSettings(**common, ingest_port=free_port())
-    ingest = start_service("ingest", ingest_settings)
-    pool = await asyncpg.create_pool(db_url, min_size=1, max_size=2)
-    redis = aioredis.from_url(redis_url)
-    users = [f"bench-{prefix[5:-1]}-{u}" for u in range(USERS)]
-    turns = [
+
+
+def bench_turns(users: list[str], corpus: list[str]) -> list[TurnReceived]:
+    return [
         TurnReceived(
-            user_id=users[i % USERS],
+            user_id=users[i % len(users)],
             provider="bench",
-            chat_id=f"c{i % USERS}",
+            chat_id=f"c{i % len(users)}",
             role="user",
             content=t,
             occurred_at=AT,
         )
         for i, t in enumerate(corpus)
     ]
+
+
+async def pipeline(
+    db_url: str, redis_url: str, data_dir: Path, corpus: list[str], model: str
+) -> float:
+    from tests.support import running, start_service, wait_healthy
+
+    prefix = f"bench{uuid.uuid4().hex[:6]}:"
+    common: dict[str, Any] = {
+        "database_url": SecretStr(db_url),
+        "redis_url": SecretStr(redis_url),
+        "data_dir": data_dir,
+        "stream_prefix": prefix,
+    }
+    es = embedder_settings(common, model)
+    ingest_settings = IngestSettings(**common, ingest_port=free_port())
+    ingest = start_service("ingest", ingest_settings)
+    pool = await asyncpg.create_pool(db_url, min_size=1, max_size=2)
+    redis = aioredis.from_url(redis_url)
+    users = [f"bench-{prefix[5:-1]}-{u}" for u in range(USERS)]
+    turns = bench_turns(users, corpus)
     try:
         await wait_healthy(ingest_settings.ingest_port, ingest)
         async with running(embedder_app(es)):
@@ -168,7 +185,7 @@ async def pipeline(db_url: str, redis_url: str, data_dir: Path, corpus: list[str
             started = time.perf_counter()
             for i in range(0, len(turns), 500):
                 await publisher.publish("turns", turns[i : i + 500])
-            with tqdm(total=len(turns), desc="pipeline", unit="text") as bar:
+            with tqdm(total=len(turns), desc=f"pipeline {LABELS[model]}", unit="text") as bar:
                 while True:
                     done = int(
                         await pool.fetchval(
@@ -185,10 +202,11 @@ async def pipeline(db_url: str, redis_url: str, data_dir: Path, corpus: list[str
             elapsed = time.perf_counter() - started
         errors = await pool.fetchval(
             "SELECT count(*) FROM messages WHERE user_id = ANY($1::text[]) "
-            "AND embedding_state <> 'ready'",
+            "AND (embedding_state <> 'ready' OR embedding_model <> $2)",
             users,
+            model,
         )
-        assert errors == 0, f"{errors} rows not ready"
+        assert errors == 0, f"{errors} rows not ready with {model}"
         rows = await pool.fetch(
             "SELECT content, role, display_name, occurred_at FROM messages "
             "WHERE user_id = ANY($1::text[])",
@@ -223,60 +241,84 @@ async def main(n: int, rounds: int) -> None:
         conn = await connect(db_url, codecs=False)
         await migrate(conn, embedding_dim=384)
         await conn.close()
-        print("loading the model…")
-        local.encode(model_texts[:BATCH], batch_size=BATCH)  # load + warm up
+        config = EmbedderSettings()
+        workers = config.embedding_local_workers
+        local.configure(workers=1, threads=0, cache_dir=tmp / "models")
+        print("loading the models…")
+        for model in local.MODELS:
+            local.encode(model_texts[:BATCH], batch_size=BATCH, model=model)  # load + warm up
         # For reference, once: one pass at a time on every core (the default of a
         # process that embeds single queries, and the embedder's before it ran a
         # pass per core).
-        local.configure(workers=1, threads=0)
-        one_pass_s = bare_model(model_texts, 1)
+        one_pass_s = {m: bare_model(model_texts, 1, m) for m in local.MODELS}
         # The embedder's configuration, for the bare runs and the pipeline alike.
-        config = EmbedderSettings()
-        workers = config.embedding_local_workers
         local.configure(workers=workers, threads=config.embedding_local_threads)
-        # bare, pipeline, bare, pipeline, …, bare: each pipeline run is compared with
-        # the mean of the bare runs either side of it (the machine may be shared),
-        # and the median round is reported.
-        bare_s = [bare_model(model_texts, workers)]
-        pipeline_s: list[float] = []
+        # Per model: bare, pipeline, bare, pipeline, …, bare, the models alternated
+        # round by round: each pipeline run is compared with the mean of its model's
+        # bare runs either side of it (the machine may be shared), and the median
+        # round is reported.
+        bare_s: dict[str, list[float]] = {m: [] for m in local.MODELS}
+        pipeline_s: dict[str, list[float]] = {m: [] for m in local.MODELS}
+        for m in local.MODELS:
+            bare_s[m].append(bare_model(model_texts, workers, m))
         for r in range(rounds):
             print(f"round {r + 1} of {rounds}")
-            pipeline_s.append(await pipeline(db_url, redis_url, tmp, corpus))
-            bare_s.append(bare_model(model_texts, workers))
-    ratios = [((bare_s[i] + bare_s[i + 1]) / 2) / p for i, p in enumerate(pipeline_s)]
-    mid = sorted(range(rounds), key=lambda i: ratios[i])[rounds // 2]
-    model_s = (bare_s[mid] + bare_s[mid + 1]) / 2
-    model_rate = n / model_s
-    pipeline_rate = n / pipeline_s[mid]
+            for m in local.MODELS:
+                pipeline_s[m].append(await pipeline(db_url, redis_url, tmp, corpus, m))
+                bare_s[m].append(bare_model(model_texts, workers, m))
+    models: dict[str, dict[str, Any]] = {}
+    for m in local.MODELS:
+        b, p = bare_s[m], pipeline_s[m]
+        ratios = [((b[i] + b[i + 1]) / 2) / x for i, x in enumerate(p)]
+        mid = sorted(range(rounds), key=lambda i: ratios[i])[rounds // 2]
+        model_s = (b[mid] + b[mid + 1]) / 2
+        models[m] = {
+            "model_seconds": round(model_s, 2),
+            "pipeline_seconds": round(p[mid], 2),
+            "model_seconds_runs": [round(x, 2) for x in b],
+            "pipeline_seconds_runs": [round(x, 2) for x in p],
+            "model_one_pass_all_cores_seconds": round(one_pass_s[m], 2),
+            "ratio_runs": [round(x, 3) for x in ratios],
+            "model_texts_per_s": round(n / model_s, 1),
+            "pipeline_texts_per_s": round(n / p[mid], 1),
+            "ratio": round(ratios[mid], 3),
+        }
+    torch_m, int8_m = models[local.MODEL_NAME], models[local.INT8_MODEL]
+    # int8 over PyTorch, bare model: the sum of all bare runs of each (interleaved).
+    speedup = sum(bare_s[local.MODEL_NAME]) / sum(bare_s[local.INT8_MODEL])
     result = {
         "texts": n,
         "batch_size": BATCH,
         "users": USERS,
         "rounds": rounds,
-        "model_seconds": round(model_s, 2),
-        "pipeline_seconds": round(pipeline_s[mid], 2),
-        "model_seconds_runs": [round(x, 2) for x in bare_s],
         "model_workers": workers,
         "model_threads_per_pass": config.embedding_local_threads,
-        "model_one_pass_all_cores_seconds": round(one_pass_s, 2),
-        "pipeline_seconds_runs": [round(x, 2) for x in pipeline_s],
-        "ratio_runs": [round(x, 3) for x in ratios],
-        "model_texts_per_s": round(model_rate, 1),
-        "pipeline_texts_per_s": round(pipeline_rate, 1),
-        "ratio": round(ratios[mid], 3),
+        "models": models,
+        "int8_over_pytorch_bare": round(speedup, 2),
+        "int8_over_pytorch_pipeline": round(
+            sum(pipeline_s[local.MODEL_NAME]) / sum(pipeline_s[local.INT8_MODEL]), 2
+        ),
         "cpus": os.cpu_count(),
         "machine": platform.platform(),
-        "note": "median of the rounds; 2-core machine",
+        "note": "median of the rounds; models alternated in one run; 2-core machine "
+        "shared with other work while measured",
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\n{'':<10}{'seconds':>10}{'texts/s':>10}")
-    print(f"{'model':<10}{model_s:>10.2f}{model_rate:>10.1f}")
-    print(f"{'(1 pass)':<10}{one_pass_s:>10.2f}{n / one_pass_s:>10.1f}")
-    print(f"{'pipeline':<10}{pipeline_s[mid]:>10.2f}{pipeline_rate:>10.1f}")
     print(
-        f"ratio (pipeline / model), median of {rounds} rounds: {result['ratio']:.3f} "
-        f"(rounds: {', '.join(f'{x:.3f}' for x in ratios)}; target ≥ 0.9)"
+        f"\n{'':<22}{'model s':>9}{'texts/s':>9}{'1 pass s':>10}{'pipeline s':>12}"
+        f"{'texts/s':>9}{'ratio':>7}"
+    )
+    for m in local.MODELS:
+        r = models[m]
+        print(
+            f"{LABELS[m]:<22}{r['model_seconds']:>9.2f}{r['model_texts_per_s']:>9.1f}"
+            f"{r['model_one_pass_all_cores_seconds']:>10.2f}{r['pipeline_seconds']:>12.2f}"
+            f"{r['pipeline_texts_per_s']:>9.1f}{r['ratio']:>7.3f}"
+        )
+    print(
+        f"int8 / PyTorch, bare model: {speedup:.2f}x (target ≥ 2.5); pipeline / bare on "
+        f"int8 {int8_m['ratio']:.3f}, on PyTorch {torch_m['ratio']:.3f} (target ≥ 0.9)"
     )
 
 

@@ -59,6 +59,10 @@ def infra() -> Iterator[Infra]:
             await conn.close()
 
     asyncio.run(_migrate())
+    # The int8 model's export is cached per checkout, not made anew per test session.
+    shared_models = Path(__file__).resolve().parent.parent / ".engram" / "models"
+    shared_models.mkdir(parents=True, exist_ok=True)
+    (tmp / "models").symlink_to(shared_models)
     try:
         yield Infra(database_url=db_url, redis_url=redis_url, data_dir=tmp)
     finally:

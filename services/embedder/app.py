@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
 
 from fastapi import FastAPI
@@ -9,11 +11,13 @@ from fastapi import FastAPI
 from services.embedder import service
 from services.embedder.metrics import EmbedderMetrics
 from services.embedder.settings import EmbedderSettings
-from shared.embeddings.providers import ProviderRegistry
+from shared.embeddings.providers import ProviderRegistry, preload
 from shared.embeddings.vector_index import Indexer
 from shared.events import EmbedRequested, embed_adapter
 from shared.runtime import Runtime, add_ops_routes
 from shared.streams import Delivery, Rejections
+
+log = logging.getLogger(__name__)
 
 
 def create_app(
@@ -53,6 +57,12 @@ def create_app(
     async def gauges() -> None:
         await service.refresh_gauges(rt.pool, metrics)
 
+    async def load_model() -> None:
+        try:
+            await asyncio.to_thread(preload, settings)
+        except Exception:  # noqa: BLE001 - the first embed call reports it again, as an error
+            log.exception("embedder: loading the local model failed")
+
     async def close_providers(_: Runtime) -> None:
         await providers.aclose()
 
@@ -67,6 +77,7 @@ def create_app(
     rt.every(settings.embed_sweep_s, retry_due)
     rt.every(settings.vector_index_check_s, index_users)
     rt.every(settings.embed_gauge_s, gauges)
+    rt.background.append(load_model)
     rt.on_stop.append(close_providers)
 
     app = FastAPI(title="engram embedder", lifespan=rt.lifespan)

@@ -106,9 +106,7 @@ def load_model(model: str = MODEL_NAME) -> Any:
         return found
 
 
-def encode(
-    texts: Sequence[str], *, batch_size: int, model: str = MODEL_NAME
-) -> list[list[float]]:
+def encode(texts: Sequence[str], *, batch_size: int, model: str = MODEL_NAME) -> list[list[float]]:
     """Blocking: normalised vectors for ``texts`` (what the bench calls 'the bare model')."""
     loaded = load_model(model)
     with _passes:

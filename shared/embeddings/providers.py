@@ -50,6 +50,13 @@ def system_config(settings: EmbeddingSettings) -> ProviderConfig | None:
     )
 
 
+def preload(settings: EmbeddingSettings) -> None:
+    """Blocking: load the system provider's local model now (exporting the int8 file
+    if it is not cached yet), so the first text or query does not wait for it."""
+    if settings.embedding_provider == "local":
+        local.load_model(settings.embedding_model)
+
+
 class ProviderRegistry:
     """One long-lived HTTP endpoint (client + limits) per base URL; close it at shutdown."""
 
