@@ -94,7 +94,7 @@ async def test_int8_and_pytorch_vectors_agree_to_cosine_099(cache_dir: Path) -> 
     # scale per batch, so its companions move it a little) and not on its place.
     alone = [(await int8.embed([t]))[0] for t in reversed(SAMPLES)][::-1]
     for a, b in zip(onnx_vectors[: len(SAMPLES)], alone, strict=True):
-        assert cosine(a, b) > 0.99
+        assert cosine(a, b) > 0.98
 
 
 async def test_a_paraphrase_scores_closer_than_an_unrelated_sentence_with_int8(
