@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint typecheck migrate publish bench-ingest bench-embed bench-search bench-context bench-extract bench-locomo bench-browser clean
+.PHONY: install run test test-fast lint typecheck migrate publish bench-ingest bench-embed bench-live bench-search bench-context bench-extract bench-locomo bench-browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,6 +46,10 @@ bench-search: $(STAMP)
 
 bench-embed: $(STAMP)
 	$(BIN)/python -m bench.embed
+
+# Time to searchable: turns at steady rates, XADD to vector p50/p95/p99.
+bench-live: $(STAMP)
+	$(BIN)/python -m bench.embed live
 
 LOCOMO ?= ../shared/data/locomo/locomo10.json
 bench-extract: $(STAMP)

@@ -39,7 +39,6 @@ def bench_postgres(data_dir: Path) -> EmbeddedPostgres:
     )
 
 
-@contextlib.contextmanager
 def share_model_cache(data_dir: Path) -> None:
     """Point ``data_dir/models`` at the checkout's (``.engram/models``), so the int8
     model is exported once, not in every bench's temporary data directory."""
@@ -48,6 +47,7 @@ def share_model_cache(data_dir: Path) -> None:
     (data_dir / "models").symlink_to(shared)
 
 
+@contextlib.contextmanager
 def bench_stack(prefix: str = "bench") -> Iterator[CommonSettings]:
     """Settings pointing at fresh servers (or the configured ones), migrated."""
     base = CommonSettings()
