@@ -20,8 +20,8 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
 
+from engram_cli.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from shared.db import connect, create_pool
-from shared.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from shared.migrate import migrate
 from shared.settings import CommonSettings
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import httpx
 
-from shared.cli.migrate import apply
-from shared.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, stack_file, write_stack
+from engram_cli.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, stack_file, write_stack
 from shared.errors import InfrastructureError
+from shared.migrate import apply
 from shared.settings import CommonSettings
 
 log = logging.getLogger(__name__)

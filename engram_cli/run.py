@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from engram_cli.stack import SERVICES, run_stack
 from shared.errors import ConfigError
 from shared.serve import setup_logging
 from shared.settings import CommonSettings
-from shared.stack import SERVICES, run_stack
 
 
 def run(args: argparse.Namespace) -> int:
