@@ -149,6 +149,9 @@ class OnnxModel:
         # Idle threads sleep instead of spinning: the CPU is shared with PostgreSQL
         # and the other services.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # No arena: a batch of long texts (64 x 256 tokens) needs some 300 MB of
+        # activations, which an arena would keep for the life of the process.
+        options.enable_cpu_mem_arena = False
         self.threads = threads
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._tokenizer = Tokenizer.from_file(str(source_path() / "tokenizer.json"))
