@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint typecheck migrate publish bench-ingest bench-embed bench-live bench-search bench-context bench-extract bench-locomo bench-browser clean
+.PHONY: install run test test-fast lint typecheck migrate publish bench-ingest bench-embed bench-live bench-peers bench-search bench-context bench-extract bench-locomo bench-browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -68,3 +68,8 @@ bench-context: $(STAMP)
 
 bench-browser: $(STAMP)
 	$(BIN)/python -m bench.browser
+
+# engram beside mem0 through ../shared/peers (its own venv, built once in a scratch dir).
+PEERS ?= ../shared/peers
+bench-peers: $(STAMP)
+	$(BIN)/python -m bench.peers --harness $(PEERS) --locomo $(LOCOMO)
