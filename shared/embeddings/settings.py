@@ -25,9 +25,9 @@ class EmbeddingSettings(CommonSettings):
         default=False, description="let a user's own endpoint win over the system provider"
     )
     embedding_model: str = Field(
-        default="all-MiniLM-L6-v2",
-        description="model name of the system provider; local: all-MiniLM-L6-v2 "
-        "(PyTorch) or all-MiniLM-L6-v2-int8 (the same model on ONNX Runtime, int8)",
+        default="all-MiniLM-L6-v2-int8",
+        description="model name of the system provider; local: all-MiniLM-L6-v2-int8 "
+        "(ONNX Runtime, int8; the default) or all-MiniLM-L6-v2 (the same model in PyTorch)",
     )
     embedding_url: str | None = Field(
         default=None, description="base URL of the system openai/ollama endpoint"

@@ -181,4 +181,4 @@ async def test_end_to_end_with_the_local_model_and_search_through_pgvector(
         rows[0]["embedding_provider"],
         rows[0]["embedding_model"],
         rows[0]["embedding_dims"],
-    ) == ("local", "all-MiniLM-L6-v2", 384)
+    ) == ("local", "all-MiniLM-L6-v2-int8", 384)

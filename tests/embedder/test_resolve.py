@@ -32,7 +32,7 @@ async def test_default_is_the_local_system_provider(
     assert isinstance(embedder, LocalEmbedder)
     assert (embedder.provider, embedder.model, embedder.dimensions) == (
         "local",
-        "all-MiniLM-L6-v2",
+        "all-MiniLM-L6-v2-int8",
         384,
     )
 
