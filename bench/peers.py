@@ -152,6 +152,11 @@ def main() -> None:
     parser.add_argument(
         "--env", action="append", default=[], help="KEY=VALUE for engram run (repeatable)"
     )
+    parser.add_argument(
+        "--no-embed-baseline",
+        action="store_true",
+        help="skip the harness's bare-model timing (minutes on a busy machine)",
+    )
     args = parser.parse_args()
     for path in (args.harness / "peer_bench.py", args.locomo):
         if not path.exists():
@@ -188,6 +193,8 @@ def main() -> None:
     ]
     if options:
         cmd += ["--system-options", json.dumps(options)]
+    if args.no_embed_baseline:
+        cmd.append("--no-embed-baseline")
     subprocess.run(cmd, cwd=scratch, env=env, check=True)
     harness = json.loads(out.read_text())
     systems = {name: figures(s) for name, s in harness["systems"].items()}
