@@ -15,10 +15,11 @@ from typing import Any
 
 import asyncpg
 
-from services.query.memory_service import ENSURE_THEME, ENSURE_USER, announce, theme_slug
+from services.query.memory_service import ENSURE_USER, announce
 from services.query.schemas import FactIn, FactListIn
 from shared.db import audit
 from shared.errors import NotFound
+from shared.memory.writer import AUDIT_ENTITY, NewItem, insert_items, publish_written, theme_slug
 from shared.streams import Publisher
 
 MAX_DISTANCE = 0.3
@@ -30,23 +31,6 @@ _LIVE = """category IS NOT NULL AND key IS NOT NULL AND status = 'active'
     AND superseded_at IS NULL AND (expires_at IS NULL OR expires_at > now())"""
 _FACT_COLUMNS = """id, user_id, category, key, content AS value, source, confidence,
     expires_at, source_context, created_at, updated_at, last_verified_at"""
-
-UPSERT_FACT = """
-INSERT INTO memory_items (user_id, namespace, theme, type, category, key, content, source,
-                          confidence, expires_at, source_context, last_verified_at)
-VALUES ($1, $2, $3, 'fact', $4, $5, $6, $7, $8, $9, $10, now())
-ON CONFLICT (user_id, namespace, category, key) WHERE category IS NOT NULL AND key IS NOT NULL
-DO UPDATE SET
-    content = EXCLUDED.content, source = EXCLUDED.source, confidence = EXCLUDED.confidence,
-    expires_at = EXCLUDED.expires_at, source_context = EXCLUDED.source_context,
-    status = 'active', superseded_at = NULL, superseded_by = NULL,
-    last_verified_at = now(), updated_at = now(),
-    embedding_state = CASE WHEN memory_items.content = EXCLUDED.content
-                           THEN memory_items.embedding_state ELSE 'pending' END,
-    embedding = CASE WHEN memory_items.content = EXCLUDED.content
-                     THEN memory_items.embedding END
-RETURNING id, (xmax = 0) AS inserted, embedding_state, created_at, updated_at
-"""
 
 SEARCH_VECTOR = f"""
 SELECT {_FACT_COLUMNS}, (embedding <=> $2::vector)::float8 AS distance
@@ -128,49 +112,33 @@ async def save_fact(
     expires_at = (
         datetime.now(UTC) + timedelta(days=fact.expires_days) if fact.expires_days else None
     )
-    theme = theme_slug(fact.category)
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(ENSURE_USER, user_id)
-        await conn.execute(ENSURE_THEME, user_id, theme, fact.category)
-        row = await conn.fetchrow(
-            UPSERT_FACT,
-            user_id,
-            NAMESPACE,
-            theme,
-            fact.category,
-            fact.key,
-            fact.value,
-            fact.source,
-            confidence,
-            expires_at,
-            fact.source_context,
-        )
-        assert row is not None
-        action = "create" if row["inserted"] else "update"
-        await audit(
-            conn,
-            user_id=user_id,
-            actor=actor,
-            action=action,
-            entity="fact",
-            entity_id=str(row["id"]),
-            details={"category": fact.category, "key": fact.key},
-        )
-    if row["embedding_state"] == "pending":
-        await announce(
-            publisher,
-            user_id=user_id,
-            ids=[row["id"]],
-            change="added" if row["inserted"] else "superseded",
-        )
+    item = NewItem(
+        type="fact",
+        content=fact.value,
+        theme=theme_slug(fact.category),
+        theme_name=fact.category,
+        namespace=NAMESPACE,
+        category=fact.category,
+        key=fact.key,
+        source=fact.source,
+        confidence=confidence,
+        expires_at=expires_at,
+        source_context=fact.source_context,
+        verified=True,
+        audit={"category": fact.category, "key": fact.key},
+    )
+    async with pool.acquire() as conn:
+        written = await insert_items(conn, user_id, [item], actor=actor)
+    await publish_written(publisher, written)
+    row = written.items[0]
     return {
-        "id": str(row["id"]),
+        "id": str(row.id),
         "category": fact.category,
         "key": fact.key,
-        "created": row["inserted"],
+        "created": row.inserted,
         "confidence": confidence,
         "expires_at": expires_at.isoformat() if expires_at else None,
-        "embedding": row["embedding_state"],
+        "embedding": row.embedding_state,
     }
 
 
@@ -225,7 +193,7 @@ async def forget_fact(
                 user_id=user_id,
                 actor=actor,
                 action="delete",
-                entity="fact",
+                entity=AUDIT_ENTITY,
                 entity_id=str(r["id"]),
                 details={"category": r["category"], "key": key},
             )

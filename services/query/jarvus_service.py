@@ -19,6 +19,7 @@ from services.query.search import SearchParams
 from services.query.state import QueryState
 from shared.db import audit
 from shared.errors import NotFound
+from shared.memory.writer import AUDIT_ENTITY
 from shared.streams import Publisher
 
 Kind = Literal["episodes", "facts", "procedures"]
@@ -191,7 +192,7 @@ async def store_plain(
             user_id=user_id,
             actor="jarvus",
             action="update",
-            entity="memory",
+            entity=AUDIT_ENTITY,
             entity_id=str(key),
             details={"type": body.type},
         )

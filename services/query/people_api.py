@@ -8,10 +8,10 @@ from typing import Annotated, Any
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shared.events import EmbedRequested, EmbedTarget, MemoryChanged
+from services.query.remember import MAX_DAYS, Fact, Remembered, remember
 from shared.memory.recall import recall
-from shared.memory.remember import MAX_DAYS, Chat, Fact, Remembered, remember
 from shared.memory.vectors import ModelEmbedder
+from shared.memory.writer import Chat, publish_written
 from shared.streams import Publisher
 
 Subjects = Annotated[
@@ -145,8 +145,9 @@ async def do_remember(
     embedding_dim: int,
     actor: str,
 ) -> dict[str, Any]:
-    """Store, then publish: MemoryChanged for each new and superseded memory, and
-    EmbedRequested for those left pending (their supersession check follows)."""
+    """Store, then publish what the writer returns: MemoryChanged for each new and
+    superseded memory, and EmbedRequested for those left pending (their
+    supersession check follows)."""
     result = await remember(
         pool,
         user_id,
@@ -157,23 +158,8 @@ async def do_remember(
         source="user",
         actor=actor,
     )
-    events = [
-        MemoryChanged(memory_id=m.id, user_id=user_id, change="added") for m in result.memories
-    ]
-    events += [
-        MemoryChanged(memory_id=s, user_id=user_id, change="superseded") for s in result.superseded
-    ]
-    await pub.publish("memories", events)
-    if result.pending:
-        await pub.publish(
-            "embed",
-            [
-                EmbedRequested(
-                    user_id=user_id,
-                    targets=[EmbedTarget(kind="memory", id=str(i)) for i in result.pending],
-                )
-            ],
-        )
+    if result.written is not None:
+        await publish_written(pub, result.written)
     return remembered_json(result)
 
 

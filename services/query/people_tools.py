@@ -17,8 +17,8 @@ from pydantic import ValidationError
 
 from services.query.people_api import RecallIn, RememberIn, do_recall, do_remember
 from shared.errors import InvalidRequest
-from shared.memory.remember import Chat
 from shared.memory.vectors import ModelEmbedder
+from shared.memory.writer import Chat
 from shared.streams import Publisher
 
 REMEMBER_TOOL: dict[str, Any] = {

@@ -11,18 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.query.search import MAX_LIMIT, SearchParams
+from shared.memory.writer import MemoryType
 
-MemoryType = Literal[
-    "preference",
-    "fact",
-    "instruction",
-    "summary",
-    "procedure",
-    "episode",
-    "decision",
-    "workflow",
-    "other",
-]
 Text = Annotated[str, Field(max_length=20_000)]
 
 

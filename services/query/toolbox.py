@@ -32,9 +32,10 @@ from services.query.schemas import (
 )
 from services.query.state import QueryState
 from shared.errors import InvalidRequest, NotFound
+from shared.memory.writer import MEMORY_TYPES
 from shared.streams import Publisher
 
-TYPES = list(ms.MEMORY_TYPES)
+TYPES = list(MEMORY_TYPES)
 
 MEMORY_TOOL: dict[str, Any] = {
     "name": "memory",

@@ -9,12 +9,12 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
 from services.query.auth import UserId
+from services.query.decision_guard import MAX_CHARS, TARGET_CHARS, DecisionMetrics, Rewrite
+from services.query.decision_guard import record_decision as record
 from services.query.deps import Pool, Pub, Rt
 from shared.llm.client import OpenAIChatModel
 from shared.llm.jobs import build_extractor
 from shared.llm.settings import LLMSettings
-from shared.memory.decisions import MAX_CHARS, TARGET_CHARS, DecisionMetrics, Rewrite
-from shared.memory.decisions import record_decision as record
 from shared.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["decisions"])
