@@ -16,7 +16,12 @@ from typing import Any
 import asyncpg
 
 from services.query.memory_service import ENSURE_USER, announce
-from services.query.schemas import FactIn, FactListIn
+from services.query.schemas import (
+    CONFIDENCE_BY_SOURCE,
+    DEFAULT_CONFIDENCE,
+    FactIn,
+    FactListIn,
+)
 from shared.db import audit
 from shared.errors import NotFound
 from shared.memory.writer import AUDIT_ENTITY, NewItem, insert_items, publish_written, theme_slug
@@ -24,8 +29,6 @@ from shared.streams import Publisher
 
 MAX_DISTANCE = 0.3
 NAMESPACE = "default"
-CONFIDENCE_BY_SOURCE = {"tool_call": 95.0, "auto_discovery": 95.0, "user_explicit": 90.0}
-DEFAULT_CONFIDENCE = 70.0
 
 _LIVE = """category IS NOT NULL AND key IS NOT NULL AND status = 'active'
     AND superseded_at IS NULL AND (expires_at IS NULL OR expires_at > now())"""

@@ -51,11 +51,18 @@ class RememberIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    content: Annotated[str, Field(min_length=1, max_length=10_000)] | None = None
-    facts: Annotated[list[FactIn], Field(max_length=100)] | None = None
-    subjects: Subjects = Field(default_factory=list)
-    expires_in_days: Days | None = None
-    shared: bool = False
+    content: Annotated[str, Field(min_length=1, max_length=10_000)] | None = Field(
+        default=None, description="A single fact to remember"
+    )
+    facts: Annotated[list[FactIn], Field(max_length=100)] | None = Field(
+        default=None, description="Batch multiple facts in one call (preferred)"
+    )
+    subjects: Subjects = Field(
+        default_factory=list,
+        description="Who this fact is about (e.g., ['Sarah'], ['my wife', 'John'])",
+    )
+    expires_in_days: Days | None = Field(default=None, description="Days until expiration")
+    shared: bool = Field(default=False, description="True for group/team facts")
     type: str = "fact"
     theme: Annotated[str, Field(min_length=1, max_length=100)] = "general"
     chat: ChatIn | None = Field(default=None, description="the chat this call happens in")
@@ -98,9 +105,9 @@ class RememberIn(BaseModel):
 class RecallIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: Annotated[str, Field(max_length=2_000)]
+    query: Annotated[str, Field(max_length=2_000, description="What to search for")]
     about: Annotated[str, Field(max_length=200)] | None = Field(
-        default=None, description="only memories about this person ('my wife', 'Sarah')"
+        default=None, description="Filter to person (e.g., 'my wife', 'Sarah')"
     )
     chat: ChatIn | None = None
     limit: Annotated[int, Field(ge=1, le=100)] = 5

@@ -20,8 +20,9 @@ from services.query import facts_service as fs
 from services.query import memory_service as ms
 from services.query.embedding import user_embedder
 from services.query.people_tools import NAMES as PEOPLE_TOOL_NAMES
-from services.query.people_tools import PEOPLE_TOOLS, call_people_tool
+from services.query.people_tools import PEOPLE_SPECS, call_people_tool
 from services.query.schemas import (
+    CONFIDENCE_TEXT,
     AddIn,
     FactIn,
     FactListIn,
@@ -31,99 +32,53 @@ from services.query.schemas import (
     SearchIn,
 )
 from services.query.state import QueryState
+from services.query.tool_specs import Operation, ToolSpec, anthropic, neutral, openai
 from shared.errors import InvalidRequest, NotFound
-from shared.memory.writer import MEMORY_TYPES
 from shared.streams import Publisher
 
-TYPES = list(MEMORY_TYPES)
 
-MEMORY_TOOL: dict[str, Any] = {
-    "name": "memory",
-    "description": (
-        "Long-term memory about the user. operation=search finds memories (hybrid "
-        "semantic + keyword; query '*' or empty returns the newest; archived items "
-        "only with status 'archived' or 'any'). operation=add stores one memory "
-        "(type, content, optional theme, tags). operation=get returns one item by id. "
-        "operation=archive hides an outdated or wrong item (add a corrected one first). "
-        "operation=list_themes lists the themes in use."
+class _Nothing(BaseModel):
+    model_config = {"extra": "forbid"}
+
+
+MEMORY = ToolSpec(
+    name="memory",
+    description="Long-term memory about the user.",
+    selector="operation",
+    operations=(
+        Operation(
+            "search",
+            SearchIn,
+            "finds memories (hybrid semantic + keyword; query '*' or empty returns the "
+            "newest; archived items only with status 'archived' or 'any').",
+        ),
+        Operation("add", AddIn, "stores one memory (type, content, optional theme, tags)."),
+        Operation("get", ItemIn, "returns one item by id."),
+        Operation(
+            "archive", ItemIn, "hides an outdated or wrong item (add a corrected one first)."
+        ),
+        Operation("list_themes", _Nothing, "lists the themes in use."),
     ),
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "operation": {
-                "type": "string",
-                "enum": ["search", "add", "get", "archive", "list_themes"],
-            },
-            "query": {"type": "string", "description": "search: words to find; '*' = newest"},
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": 50,
-                "description": "search: results (default 10, max 50)",
-            },
-            "theme": {
-                "type": "string",
-                "description": "search: only this theme; add: theme slug (default 'general')",
-            },
-            "types": {
-                "type": "array",
-                "items": {"type": "string", "enum": TYPES},
-                "description": "search: only these types",
-            },
-            "recency_days": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "search: only items newer than this many days",
-            },
-            "status": {
-                "type": "string",
-                "enum": ["active", "archived", "any"],
-                "description": "search: default active",
-            },
-            "type": {"type": "string", "enum": TYPES, "description": "add: kind of memory"},
-            "content": {"type": "string", "description": "add: the memory, one statement"},
-            "tags": {"type": "array", "items": {"type": "string"}, "description": "add: tags"},
-            "item_id": {"type": "string", "description": "get/archive: the memory's id"},
-        },
-        "required": ["operation"],
-    },
-}
+)
 
-FACTS_TOOL: dict[str, Any] = {
-    "name": "memory_facts",
-    "description": (
-        "Stable facts about the user, one value per (category, key). action=save upserts "
-        "a fact; action=search finds facts by meaning or keyword; action=forget deletes "
-        "a fact by key (only when the user asks or it is clearly wrong); action=list "
-        "returns stored facts. Confidence 0-100: tool output 95, user statement 80, "
-        "web 50, guess 30."
+FACTS = ToolSpec(
+    name="memory_facts",
+    description="Stable facts about the user, one value per (category, key).",
+    selector="action",
+    operations=(
+        Operation("save", FactIn, "upserts a fact; " + CONFIDENCE_TEXT + "."),
+        Operation("search", FactSearchIn, "finds facts by meaning or keyword."),
+        Operation(
+            "forget",
+            ForgetIn,
+            "deletes a fact by key (only when the user asks or it is clearly wrong).",
+        ),
+        Operation("list", FactListIn, "returns stored facts."),
     ),
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "action": {"type": "string", "enum": ["save", "search", "forget", "list"]},
-            "category": {"type": "string", "description": "save/forget: e.g. location, work"},
-            "key": {"type": "string", "description": "save/forget: e.g. home_city"},
-            "value": {"type": "string", "description": "save: the fact's value"},
-            "source": {
-                "type": "string",
-                "enum": ["conversation", "tool_call", "auto_discovery", "user_explicit"],
-            },
-            "confidence": {"type": "number", "minimum": 0, "maximum": 100},
-            "expires_days": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "save: forget after this many days",
-            },
-            "source_context": {"type": "string", "description": "save: where it was learned"},
-            "query": {"type": "string", "description": "search: what to look for"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100},
-        },
-        "required": ["action"],
-    },
-}
+)
 
-TOOLS = [MEMORY_TOOL, FACTS_TOOL, *PEOPLE_TOOLS]
+SPECS = [MEMORY, FACTS, *PEOPLE_SPECS]
+TOOLS = [neutral(s) for s in SPECS]
 
 
 class ToolError(Exception):
@@ -140,26 +95,13 @@ class ToolContext:
 
 
 def tool_schemas(fmt: str = "all") -> dict[str, list[dict[str, Any]]]:
-    openai = [
-        {
-            "type": "function",
-            "function": {
-                "name": t["name"],
-                "description": t["description"],
-                "parameters": t["parameters"],
-            },
-        }
-        for t in TOOLS
-    ]
-    anthropic = [
-        {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
-        for t in TOOLS
-    ]
-    if fmt == "openai":
-        return {"openai": openai}
-    if fmt == "anthropic":
-        return {"anthropic": anthropic}
-    return {"openai": openai, "anthropic": anthropic}
+    """The tools in OpenAI and/or Anthropic format, built from the request models."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    if fmt in ("all", "openai"):
+        out["openai"] = [openai(s) for s in SPECS]
+    if fmt in ("all", "anthropic"):
+        out["anthropic"] = [anthropic(s) for s in SPECS]
+    return out
 
 
 def parse_arguments(arguments: Any) -> dict[str, Any]:
@@ -281,7 +223,3 @@ async def _facts(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         page: FactListIn = _validate(FactListIn, args, action)
         return await fs.list_facts(ctx.pool, user_id=ctx.user_id, query=page)
     raise ToolError(f"unknown action {action!r}; use save, search, forget or list")
-
-
-class _Nothing(BaseModel):
-    model_config = {"extra": "forbid"}

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.query import responses as R
 from services.query.auth import UserId
 from services.query.deps import Pool, State
 from shared.errors import NotFound
@@ -47,7 +48,11 @@ class RecallIn(BaseModel):
     limit: int = Field(default=10, ge=1, le=50)
 
 
-@router.post("/search", summary="Recall episodes by summary, key points and topics")
+@router.post(
+    "/search",
+    summary="Recall episodes by summary, key points and topics",
+    response_model=R.EpisodeRecallOut,
+)
 async def search(body: RecallIn, user_id: UserId, pool: Pool, state: State) -> dict[str, Any]:
     """The acting user's episodes, best first, each with its user tag line
     (``[Tim] Checked weather for Silver Spring, MD``)."""
@@ -68,7 +73,7 @@ async def search(body: RecallIn, user_id: UserId, pool: Pool, state: State) -> d
     }
 
 
-@router.get("", summary="The acting user's episodes, newest first")
+@router.get("", summary="The acting user's episodes, newest first", response_model=R.EpisodeListOut)
 async def list_episodes(
     user_id: UserId,
     pool: Pool,
@@ -80,7 +85,11 @@ async def list_episodes(
     return {"episodes": [dict(r) for r in rows], "limit": limit, "offset": offset}
 
 
-@router.get("/{episode_id}", summary="One episode: its structured summary and its turns")
+@router.get(
+    "/{episode_id}",
+    summary="One episode: its structured summary and its turns",
+    response_model=R.EpisodeOut,
+)
 async def get_episode(
     episode_id: uuid.UUID,
     user_id: UserId,

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from services.query import facts_service as fs
+from services.query import responses as R
 from services.query.auth import UserId
 from services.query.deps import Pool, Pub, State
 from services.query.schemas import FactIn, FactListIn, FactSearchIn, ForgetIn, SummaryIn
@@ -22,12 +23,16 @@ async def trigram_available(request: Request, pool: Pool) -> bool:
     return cached
 
 
-@router.post("", summary="Save a fact: upsert on (category, key)")
+@router.post("", summary="Save a fact: upsert on (category, key)", response_model=R.SavedFactOut)
 async def save(body: FactIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
     return await fs.save_fact(pool, pub, user_id=user_id, fact=body)
 
 
-@router.post("/search", summary="Find facts: vector (distance < 0.3) first, then trigram/ILIKE")
+@router.post(
+    "/search",
+    summary="Find facts: vector (distance < 0.3) first, then trigram/ILIKE",
+    response_model=R.FactsOut,
+)
 async def search(
     body: FactSearchIn, request: Request, user_id: UserId, pool: Pool, state: State
 ) -> dict[str, Any]:
@@ -43,21 +48,25 @@ async def search(
     return {"facts": facts}
 
 
-@router.post("/forget", summary="Delete the fact(s) with this key (optionally in one category)")
+@router.post(
+    "/forget",
+    summary="Delete the fact(s) with this key (optionally in one category)",
+    response_model=R.ForgottenOut,
+)
 async def forget(body: ForgetIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
     return await fs.forget_fact(pool, pub, user_id=user_id, key=body.key, category=body.category)
 
 
-@router.get("", summary="All facts, sorted and paginated")
+@router.get("", summary="All facts, sorted and paginated", response_model=R.FactPageOut)
 async def list_(user_id: UserId, pool: Pool, q: Annotated[FactListIn, Query()]) -> dict[str, Any]:
     return await fs.list_facts(pool, user_id=user_id, query=q)
 
 
-@router.get("/summary", summary="The user's narrative summary")
+@router.get("/summary", summary="The user's narrative summary", response_model=R.SummaryOut)
 async def get_summary(user_id: UserId, pool: Pool) -> dict[str, Any]:
     return await fs.get_summary(pool, user_id=user_id)
 
 
-@router.put("/summary", summary="Replace the user's narrative summary")
+@router.put("/summary", summary="Replace the user's narrative summary", response_model=R.SummaryOut)
 async def set_summary(body: SummaryIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
     return await fs.set_summary(pool, user_id=user_id, summary=body.summary)

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from services.query import responses as R
 from services.query import toolbox
 from services.query.auth import UserId
 from services.query.deps import Pool, Pub, State
@@ -47,14 +48,24 @@ class ToolCallIn(BaseModel):
         return self.name, self.input if self.input is not None else self.arguments
 
 
-@router.get("", summary="The memory tools in OpenAI and Anthropic function-calling formats")
+@router.get(
+    "",
+    summary="The memory tools in OpenAI and Anthropic function-calling formats",
+    response_model=R.ToolSchemasOut,
+    response_model_exclude_unset=True,
+)
 async def tools(
     format: Annotated[Literal["all", "openai", "anthropic"], Query()] = "all",
 ) -> dict[str, Any]:
     return toolbox.tool_schemas(format)
 
 
-@router.post("/call", summary="Run one tool call; errors come back readable for the model")
+@router.post(
+    "/call",
+    summary="Run one tool call; errors come back readable for the model",
+    response_model=R.ToolCallOut,
+    response_model_exclude_unset=True,
+)
 async def call(
     body: ToolCallIn, request: Request, user_id: UserId, pool: Pool, pub: Pub, state: State
 ) -> dict[str, Any]:
