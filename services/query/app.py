@@ -13,13 +13,16 @@ from prometheus_client import Histogram
 
 from services.query import rpc
 from services.query.context.tools import HintCache
+from services.query.decision_guard import Rewrite
 from services.query.embedding import Resolver, default_resolver
+from services.query.facts_service import has_trigram
 from services.query.routes import routers
 from services.query.settings import QuerySettings
 from services.query.state import QueryState
 from services.query.supersede import register as register_supersession
 from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
+from shared.llm.jobs import build_extractor
 from shared.runtime import Runtime, add_ops_routes
 
 
@@ -33,7 +36,14 @@ def create_app(
     rt.on_stop.append(lambda _rt: close_default_registry())
     resolver = resolver or default_resolver
     register_supersession(rt)
-    state = QueryState.build(settings, resolver, rt.metrics.registry)
+    state = QueryState.build(
+        settings, resolver, rt.metrics.registry, rewrite=_decision_rewriter(settings, rt)
+    )
+
+    async def read_trigram(rt: Runtime) -> None:
+        state.trigram = await has_trigram(rt.pool)
+
+    rt.on_start.append(read_trigram)
     rpc.register(rt, state)
     app = FastAPI(
         title="engram",
@@ -42,7 +52,6 @@ def create_app(
         lifespan=rt.lifespan,
     )
     app.state.runtime = rt
-    app.state.settings = settings
     app.state.query = state
     app.state.hint_cache = HintCache()
     add_ops_routes(app, rt)
@@ -51,6 +60,21 @@ def create_app(
     _install_error_handlers(app)
     _install_metrics(app, rt)
     return app
+
+
+def _decision_rewriter(settings: QuerySettings, rt: Runtime) -> Rewrite | None:
+    """The language model's decision rewriter (its client closed on stop), or None."""
+    if not settings.llm_configured:
+        return None
+    extractor, client = build_extractor(settings)
+    if client is not None:
+
+        async def close(_: Runtime) -> None:
+            await client.aclose()
+
+        rt.on_stop.append(close)
+    rewrite: Rewrite = extractor.rewrite_decision
+    return rewrite
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -10,7 +10,7 @@ from services.query.context.models import ContextIn, ContextOut
 from services.query.context.sections import assemble_sections
 from services.query.context.summary import assemble_summary
 from services.query.context.tools import assemble_tools
-from services.query.deps import Pool
+from services.query.deps import Pool, Settings
 from services.query.people_embedder import QueryEmbedder
 from shared.memory.recall import embed_query
 
@@ -25,6 +25,7 @@ router = APIRouter(prefix="/v1", tags=["context"])
 async def context(
     body: ContextIn,
     request: Request,
+    settings: Settings,
     user_id: UserId,
     pool: Pool,
     embedder: QueryEmbedder,
@@ -33,9 +34,7 @@ async def context(
         return await assemble_tools(pool, user_id, body, request.app.state.hint_cache)
     if body.policy == "summary":
         return await assemble_summary(pool, user_id, body)
-    qv = await embed_query(
-        embedder, body.message, dim=int(request.app.state.settings.embedding_dim)
-    )
+    qv = await embed_query(embedder, body.message, dim=settings.embedding_dim)
     if body.policy == "sections":
         return await assemble_sections(pool, user_id, body, qv)
     return await assemble_auto(pool, user_id, body, qv)

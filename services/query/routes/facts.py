@@ -15,14 +15,6 @@ from services.query.schemas import FactIn, FactListIn, FactSearchIn, ForgetIn, S
 router = APIRouter(prefix="/v1/facts", tags=["facts (Navi)"])
 
 
-async def trigram_available(request: Request, pool: Pool) -> bool:
-    cached: bool | None = getattr(request.app.state, "has_trgm", None)
-    if cached is None:
-        cached = await fs.has_trigram(pool)
-        request.app.state.has_trgm = cached
-    return cached
-
-
 @router.post("", summary="Save a fact: upsert on (category, key)", response_model=R.SavedFactOut)
 async def save(body: FactIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
     return await fs.save_fact(pool, pub, user_id=user_id, fact=body)
@@ -43,7 +35,7 @@ async def search(
         query=body.query,
         limit=body.limit,
         vector=vector,
-        trigram=await trigram_available(request, pool),
+        trigram=state.trigram,
     )
     return {"facts": facts}
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.query import responses as R
 from services.query.auth import UserId
-from services.query.deps import Pool, Pub
+from services.query.deps import Pool, Pub, Settings
 from services.query.people_api import RecallIn, RememberIn, do_recall, do_remember
 from services.query.people_embedder import QueryEmbedder
 from shared.memory.people import list_people, resolve_person
@@ -28,10 +28,6 @@ class PersonIn(BaseModel):
     )
 
 
-def _dim(request: Request) -> int:
-    return int(request.app.state.settings.embedding_dim)
-
-
 @router.post(
     "/remember",
     summary="Store one fact or a batch, with subjects, expiry and scope",
@@ -39,7 +35,7 @@ def _dim(request: Request) -> int:
 )
 async def remember(
     body: RememberIn,
-    request: Request,
+    settings: Settings,
     user_id: UserId,
     pool: Pool,
     pub: Pub,
@@ -51,7 +47,7 @@ async def remember(
         user_id,
         body,
         embedder=embedder,
-        embedding_dim=_dim(request),
+        embedding_dim=settings.embedding_dim,
         actor=f"api:{user_id}",
     )
 
@@ -61,12 +57,14 @@ async def remember(
 )
 async def recall(
     body: RecallIn,
-    request: Request,
+    settings: Settings,
     user_id: UserId,
     pool: Pool,
     embedder: QueryEmbedder,
 ) -> dict[str, Any]:
-    return await do_recall(pool, user_id, body, embedder=embedder, embedding_dim=_dim(request))
+    return await do_recall(
+        pool, user_id, body, embedder=embedder, embedding_dim=settings.embedding_dim
+    )
 
 
 @router.get(

@@ -12,7 +12,6 @@ from services.query import responses as R
 from services.query import toolbox
 from services.query.auth import UserId
 from services.query.deps import Pool, Pub, State
-from services.query.routes.facts import trigram_available
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"])
 
@@ -75,7 +74,7 @@ async def call(
         publisher=pub,
         state=state,
         user_id=user_id,
-        trigram=await trigram_available(request, pool),
+        trigram=state.trigram,
     )
     try:
         result = await toolbox.call_tool(ctx, name, arguments)
