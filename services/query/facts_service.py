@@ -16,14 +16,9 @@ from typing import Any
 import asyncpg
 
 from services.query.memory_service import ENSURE_USER, announce
-from services.query.schemas import (
-    CONFIDENCE_BY_SOURCE,
-    DEFAULT_CONFIDENCE,
-    FactIn,
-    FactListIn,
-)
+from services.query.schemas import CONFIDENCE_BY_SOURCE, DEFAULT_CONFIDENCE
 from shared.db import audit
-from shared.errors import NotFound
+from shared.errors import InvalidRequest, NotFound
 from shared.memory.writer import AUDIT_ENTITY, NewItem, insert_items, publish_written, theme_slug
 from shared.streams import Publisher
 
@@ -107,28 +102,39 @@ def escape_like(text: str) -> str:
 
 
 async def save_fact(
-    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, fact: FactIn, actor: str = "api"
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    user_id: str,
+    category: str,
+    key: str,
+    value: str,
+    source: str = "conversation",
+    confidence: float | None = None,
+    expires_days: int | None = None,
+    source_context: str | None = None,
+    actor: str = "api",
 ) -> dict[str, Any]:
-    confidence = fact.confidence
+    """Upsert the value of (category, key); a changed value is re-embedded.
+
+    Without a ``confidence`` the source's default applies (``CONFIDENCE_BY_SOURCE``)."""
     if confidence is None:
-        confidence = CONFIDENCE_BY_SOURCE.get(fact.source, DEFAULT_CONFIDENCE)
-    expires_at = (
-        datetime.now(UTC) + timedelta(days=fact.expires_days) if fact.expires_days else None
-    )
+        confidence = CONFIDENCE_BY_SOURCE.get(source, DEFAULT_CONFIDENCE)
+    expires_at = datetime.now(UTC) + timedelta(days=expires_days) if expires_days else None
     item = NewItem(
         type="fact",
-        content=fact.value,
-        theme=theme_slug(fact.category),
-        theme_name=fact.category,
+        content=value,
+        theme=theme_slug(category),
+        theme_name=category,
         namespace=NAMESPACE,
-        category=fact.category,
-        key=fact.key,
-        source=fact.source,
+        category=category,
+        key=key,
+        source=source,
         confidence=confidence,
         expires_at=expires_at,
-        source_context=fact.source_context,
+        source_context=source_context,
         verified=True,
-        audit={"category": fact.category, "key": fact.key},
+        audit={"category": category, "key": key},
     )
     async with pool.acquire() as conn:
         written = await insert_items(conn, user_id, [item], actor=actor)
@@ -136,8 +142,8 @@ async def save_fact(
     row = written.items[0]
     return {
         "id": str(row.id),
-        "category": fact.category,
-        "key": fact.key,
+        "category": category,
+        "key": key,
         "created": row.inserted,
         "confidence": confidence,
         "expires_at": expires_at.isoformat() if expires_at else None,
@@ -207,22 +213,30 @@ async def forget_fact(
 
 
 async def list_facts(
-    pool: asyncpg.Pool, *, user_id: str | None, query: FactListIn
+    pool: asyncpg.Pool,
+    *,
+    user_id: str | None,
+    limit: int = 100,
+    offset: int = 0,
+    sort_by: str = "category",
+    sort_order: str = "desc",
+    search: str | None = None,
 ) -> dict[str, Any]:
-    """One page of facts (``user_id`` None = every user's: admin only)."""
+    """One page of facts (``user_id`` None = every user's: admin only).
+
+    ``sort_by`` is one of category, key, created_at, updated_at, confidence."""
+    statement = LIST_STATEMENTS.get((sort_by, sort_order))
+    if statement is None:
+        raise InvalidRequest(f"cannot sort facts by {sort_by!r} {sort_order!r}")
     rows = await pool.fetch(
-        LIST_STATEMENTS[(query.sort_by, query.sort_order)],
-        user_id,
-        escape_like(query.search) if query.search else None,
-        query.limit,
-        query.offset,
+        statement, user_id, escape_like(search) if search else None, limit, offset
     )
     total = rows[0]["total"] if rows else 0
     return {
         "facts": [fact_dict(r) for r in rows],
         "total": total,
-        "limit": query.limit,
-        "offset": query.offset,
+        "limit": limit,
+        "offset": offset,
     }
 
 

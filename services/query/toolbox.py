@@ -194,7 +194,7 @@ async def _facts(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if action == "save":
         fact: FactIn = _validate(FactIn, args, action)
         return await fs.save_fact(
-            ctx.pool, ctx.publisher, user_id=ctx.user_id, fact=fact, actor="tool"
+            ctx.pool, ctx.publisher, user_id=ctx.user_id, actor="tool", **fact.model_dump()
         )
     if action == "search":
         q: FactSearchIn = _validate(FactSearchIn, args, action)
@@ -221,5 +221,5 @@ async def _facts(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         )
     if action == "list":
         page: FactListIn = _validate(FactListIn, args, action)
-        return await fs.list_facts(ctx.pool, user_id=ctx.user_id, query=page)
+        return await fs.list_facts(ctx.pool, user_id=ctx.user_id, **page.model_dump())
     raise ToolError(f"unknown action {action!r}; use save, search, forget or list")

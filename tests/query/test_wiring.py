@@ -10,9 +10,7 @@ from services.query.settings import QuerySettings
 from tests.support import running
 
 
-async def test_decision_metrics_and_the_trigram_probe_exist_before_any_request(
-    make_settings, pool
-):
+async def test_decision_metrics_and_the_trigram_probe_exist_before_any_request(make_settings, pool):
     app = create_app(make_settings(QuerySettings))
     state = app.state.query
     assert state.decision_metrics is not None and state.rewrite is None  # no model configured

@@ -36,4 +36,4 @@ async def search(body: AdminSearchIn, who: Admin, pool: Pool, state: State) -> d
     response_model=R.FactPageOut,
 )
 async def facts(who: Admin, pool: Pool, q: Annotated[FactListIn, Query()]) -> dict[str, Any]:
-    return await fs.list_facts(pool, user_id=None, query=q)
+    return await fs.list_facts(pool, user_id=None, **q.model_dump())

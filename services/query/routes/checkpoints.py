@@ -24,7 +24,7 @@ Thread = Annotated[str, Path(min_length=1, max_length=255)]
 async def save(
     thread_id: Thread, body: CheckpointIn, user_id: UserId, pool: Pool
 ) -> dict[str, Any]:
-    return await cs.save(pool, user_id=user_id, thread_id=thread_id, body=body)
+    return await cs.save(pool, user_id=user_id, thread_id=thread_id, **body.model_dump())
 
 
 @router.get("/latest", summary="The thread's newest checkpoint", response_model=R.CheckpointOut)

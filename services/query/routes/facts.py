@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1/facts", tags=["facts (Navi)"])
 
 @router.post("", summary="Save a fact: upsert on (category, key)", response_model=R.SavedFactOut)
 async def save(body: FactIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
-    return await fs.save_fact(pool, pub, user_id=user_id, fact=body)
+    return await fs.save_fact(pool, pub, user_id=user_id, **body.model_dump())
 
 
 @router.post(
@@ -51,7 +51,7 @@ async def forget(body: ForgetIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[
 
 @router.get("", summary="All facts, sorted and paginated", response_model=R.FactPageOut)
 async def list_(user_id: UserId, pool: Pool, q: Annotated[FactListIn, Query()]) -> dict[str, Any]:
-    return await fs.list_facts(pool, user_id=user_id, query=q)
+    return await fs.list_facts(pool, user_id=user_id, **q.model_dump())
 
 
 @router.get("/summary", summary="The user's narrative summary", response_model=R.SummaryOut)

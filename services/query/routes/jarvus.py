@@ -27,7 +27,13 @@ Namespace = Annotated[str, Query(min_length=1, max_length=255)]
     response_model_exclude_unset=True,
 )
 async def action(body: ActionIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
-    return await js.store_action(pool, pub, user_id=user_id, event=body)
+    return await js.store_action(
+        pool,
+        pub,
+        user_id=user_id,
+        action=body.model_dump(exclude={"namespace"}),
+        namespace=body.namespace,
+    )
 
 
 @router.post(
@@ -37,7 +43,13 @@ async def action(body: ActionIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[
     response_model_exclude_unset=True,
 )
 async def feedback(body: FeedbackIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
-    return await js.store_feedback(pool, pub, user_id=user_id, event=body)
+    return await js.store_feedback(
+        pool,
+        pub,
+        user_id=user_id,
+        feedback=body.model_dump(exclude={"namespace"}),
+        namespace=body.namespace,
+    )
 
 
 @router.post(
@@ -47,7 +59,14 @@ async def feedback(body: FeedbackIn, user_id: UserId, pool: Pool, pub: Pub) -> d
     response_model_exclude_unset=True,
 )
 async def workflow(body: WorkflowIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
-    return await js.store_workflow(pool, pub, user_id=user_id, event=body)
+    return await js.store_workflow(
+        pool,
+        pub,
+        user_id=user_id,
+        workflow=body.model_dump(exclude={"namespace", "store_as_procedure"}),
+        namespace=body.namespace,
+        store_as_procedure=body.store_as_procedure,
+    )
 
 
 @router.post(
@@ -57,7 +76,7 @@ async def workflow(body: WorkflowIn, user_id: UserId, pool: Pool, pub: Pub) -> d
     response_model_exclude_unset=True,
 )
 async def store(body: StoreIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
-    return await js.store_plain(pool, pub, user_id=user_id, body=body)
+    return await js.store_plain(pool, pub, user_id=user_id, **body.model_dump())
 
 
 @router.get(
