@@ -54,12 +54,19 @@ class SearchHit(Open):
     created_at: str
     score: float
     signals: Signals
-    user_id: str | None = Field(default=None, description="admin search only: the owner")
 
 
 class SearchOut(Open):
     mode: str = Field(description="hybrid, fts_only, semantic_only or match_all")
     results: list[SearchHit]
+
+
+class AdminSearchHit(SearchHit):
+    user_id: str = Field(description="the memory's owner")
+
+
+class AdminSearchOut(SearchOut):
+    results: list[AdminSearchHit]  # type: ignore[assignment]
 
 
 class AddedOut(Out):

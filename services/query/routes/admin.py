@@ -18,7 +18,7 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
 @router.post(
     "/search",
     summary="Search one user's or every user's memories (admin key)",
-    response_model=R.SearchOut,
+    response_model=R.AdminSearchOut,
 )
 async def search(body: AdminSearchIn, who: Admin, pool: Pool, state: State) -> dict[str, Any]:
     result = await state.search(
