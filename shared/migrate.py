@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.db import Conn
+from shared.db import Conn, connect
 from shared.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -245,3 +245,12 @@ def check_order(
             "has already applied: they would run out of order. Renumber them after the "
             f"highest file (next free number: {max(m.number for m in migrations) + 1:04d})."
         )
+
+
+async def apply(url: str, embedding_dim: int) -> list[str]:
+    """Connect to ``url``, apply the pending migrations, return their names."""
+    conn = await connect(url, codecs=False)
+    try:
+        return await migrate(conn, embedding_dim=embedding_dim)
+    finally:
+        await conn.close()
