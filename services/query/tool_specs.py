@@ -127,14 +127,18 @@ def neutral(spec: ToolSpec) -> dict[str, Any]:
     }
 
 
-def openai(spec: ToolSpec) -> dict[str, Any]:
-    n = neutral(spec)
-    return {"type": "function", "function": n}
+def openai(tool: dict[str, Any]) -> dict[str, Any]:
+    """A neutral tool (see :func:`neutral`) as an OpenAI function."""
+    return {"type": "function", "function": tool}
 
 
-def anthropic(spec: ToolSpec) -> dict[str, Any]:
-    n = neutral(spec)
-    return {"name": n["name"], "description": n["description"], "input_schema": n["parameters"]}
+def anthropic(tool: dict[str, Any]) -> dict[str, Any]:
+    """A neutral tool (see :func:`neutral`) as an Anthropic tool."""
+    return {
+        "name": tool["name"],
+        "description": tool["description"],
+        "input_schema": tool["parameters"],
+    }
 
 
 def signature(spec: ToolSpec, operation: str, shown: Sequence[str]) -> str:

@@ -98,9 +98,9 @@ def tool_schemas(fmt: str = "all") -> dict[str, list[dict[str, Any]]]:
     """The tools in OpenAI and/or Anthropic format, built from the request models."""
     out: dict[str, list[dict[str, Any]]] = {}
     if fmt in ("all", "openai"):
-        out["openai"] = [openai(s) for s in SPECS]
+        out["openai"] = [openai(t) for t in TOOLS]
     if fmt in ("all", "anthropic"):
-        out["anthropic"] = [anthropic(s) for s in SPECS]
+        out["anthropic"] = [anthropic(t) for t in TOOLS]
     return out
 
 
