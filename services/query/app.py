@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from fastapi import FastAPI, Request, Response
 from fastapi.encoders import jsonable_encoder
@@ -156,7 +156,7 @@ def _install_metrics(app: FastAPI, rt: Runtime) -> None:
         return response
 
 
-def route_label(scope: dict[str, object]) -> str:
+def route_label(scope: Mapping[str, object]) -> str:
     """The matched route's template with the prefix of the routers it was included under
     (``/ui/memories/{item_id}``): FastAPI puts the inner route in the scope, whose path
     lacks a prefix given to ``include_router``; prefixes are literal segments, so they are
