@@ -14,6 +14,7 @@ from prometheus_client import Histogram
 from services.query import rpc
 from services.query.context.tools import HintCache
 from services.query.embedding import Resolver, default_resolver
+from services.query.mcp.http import mount as mount_mcp
 from services.query.routes import routers
 from services.query.settings import QuerySettings
 from services.query.state import QueryState
@@ -50,6 +51,7 @@ def create_app(
         app.include_router(router)
     _install_error_handlers(app)
     _install_metrics(app, rt)
+    mount_mcp(app, rt, max_body_bytes=settings.max_request_bytes)
     return app
 
 

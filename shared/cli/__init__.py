@@ -18,6 +18,7 @@ COMMANDS = [
     "shared.cli.inspect",
     "shared.cli.embeddings",
     "shared.cli.keys",
+    "shared.cli.mcp",
 ]
 
 
