@@ -25,10 +25,11 @@ class Me(Model):
 
 class MemoryHit(Model):
     id: str
-    content: str
-    type: str | None = None
-    theme: str | None = None
-    score: float | None = None
+    content_snippet: str
+    type: str
+    theme: str
+    score: float
+    created_at: str
 
 
 class MemorySearch(Model):
@@ -97,7 +98,10 @@ class Context(Model):
 
 
 class EpisodeHit(Model):
-    id: str
+    episode_id: str
+    line: str
+    title: str | None = None
+    score: float
 
 
 class EpisodeRecall(Model):
@@ -118,7 +122,12 @@ class Episode(Model):
 
 
 class MessageHit(Model):
-    content: str
+    id: int
+    episode_id: str | None = None
+    role: str
+    content_snippet: str
+    occurred_at: str
+    score: float
 
 
 class MessageSearch(Model):
