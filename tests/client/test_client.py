@@ -24,6 +24,7 @@ from engram_client import (
     AuthenticationError,
     Engram,
     NotFound,
+    PayloadTooLarge,
     PermissionDenied,
     RetryPolicy,
     Unavailable,
@@ -270,3 +271,16 @@ def test_installs_and_imports_on_its_own(tmp_path: Path) -> None:
 
 def _no_cache(folder: str, names: list[str]) -> set[str]:
     return {n for n in names if n in {"__pycache__", "build"} or n.endswith(".egg-info")}
+
+
+async def test_a_body_over_the_services_limit_raises_payload_too_large(
+    live_query: LiveQuery, pool: asyncpg.Pool
+) -> None:
+    client, _ = await seeded_client(live_query, pool)
+    async with client:
+        with pytest.raises(PayloadTooLarge) as exc:
+            await client.memory.add("z" * 2_000_000, type="fact")
+        assert "1000000 bytes" in exc.value.detail
+        with pytest.raises(ValidationFailed) as bad:
+            await client.memory.add("z" * 30_000, type="fact")
+        assert bad.value.detail == "content: String should have at most 20000 characters"

@@ -9,7 +9,7 @@ each POST carries its own key) and answers with JSON.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
@@ -72,6 +72,35 @@ class _KeyScoped:
         await self.manager.handle_request(scope, receive, send)
 
 
+class _ManagerTask:
+    """Runs the session manager (an anyio task group) in a task of its own, so the
+    service's start and stop may run in different tasks."""
+
+    def __init__(self, manager: StreamableHTTPSessionManager) -> None:
+        self.manager = manager
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _serve(self, started: asyncio.Event) -> None:
+        async with self.manager.run():
+            started.set()
+            await self._stopping.wait()
+
+    async def start(self, _rt: Runtime) -> None:
+        started = asyncio.Event()
+        self._task = asyncio.create_task(self._serve(started), name="mcp-session-manager")
+        waiter = asyncio.create_task(started.wait())
+        await asyncio.wait({self._task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if self._task.done():
+            self._task.result()  # raise why it could not start
+
+    async def stop(self, _rt: Runtime) -> None:
+        self._stopping.set()
+        if self._task is not None:
+            await self._task
+
+
 def mount(app: FastAPI, rt: Runtime, *, max_body_bytes: int) -> None:
     """Serve MCP at ``/mcp``; the session manager runs while the service runs."""
     manager = StreamableHTTPSessionManager(
@@ -83,16 +112,9 @@ def mount(app: FastAPI, rt: Runtime, *, max_body_bytes: int) -> None:
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=max_body_bytes,
     )
-    stack = contextlib.AsyncExitStack()
-
-    async def start(_rt: Runtime) -> None:
-        await stack.enter_async_context(manager.run())
-
-    async def stop(_rt: Runtime) -> None:
-        await stack.aclose()
-
-    rt.on_start.append(start)
-    rt.on_stop.insert(0, stop)
+    runner = _ManagerTask(manager)
+    rt.on_start.append(runner.start)
+    rt.on_stop.insert(0, runner.stop)
     # a Route whose endpoint is not a function serves it as an ASGI app
     app.add_route(
         PATH,
