@@ -78,12 +78,30 @@ class Forgotten(Model):
     pass
 
 
+class RememberedMemory(Model):
+    id: str
+    content: str
+    scope: str
+    subjects: list[dict[str, Any]] = Field(default_factory=list)
+    superseded: list[str] = Field(default_factory=list)
+
+
 class Remembered(Model):
-    stored: list[dict[str, Any]] = Field(default_factory=list)
+    memories: list[RememberedMemory]
+    warning: str | None = None
+
+
+class RecallHit(Model):
+    id: str
+    content: str
+    scope: str | None = None
+    type: str | None = None
+    subjects: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Recalled(Model):
-    memories: list[dict[str, Any]] = Field(default_factory=list)
+    results: list[RecallHit]
+    about: dict[str, Any] | None = None
 
 
 class Context(Model):

@@ -66,9 +66,12 @@ async def test_remember_and_recall(live_query: LiveQuery, pool: asyncpg.Pool) ->
     client, s = await seeded_client(live_query, pool)
     async with client:
         stored = await client.remember(f"Sarah{s.marker} loves hiking", subjects=["my wife"])
-        assert isinstance(stored, models.Remembered)
+        [memory] = stored.memories
+        assert memory.content == f"Sarah{s.marker} loves hiking"
+        assert [p["name"] for p in memory.subjects] == [f"Sarah{s.marker}"]
         recalled = await client.recall("hiking", about="my wife")
-        assert f"Sarah{s.marker} loves hiking" in recalled.model_dump_json()
+        assert recalled.results[0].content == f"Sarah{s.marker} loves hiking"
+        assert recalled.about and recalled.about["resolved"] is True
 
 
 async def test_facts(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
@@ -284,3 +287,26 @@ async def test_a_body_over_the_services_limit_raises_payload_too_large(
         with pytest.raises(ValidationFailed) as bad:
             await client.memory.add("z" * 30_000, type="fact")
         assert bad.value.detail == "content: String should have at most 20000 characters"
+
+
+async def test_the_readme_example_runs(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
+    readme = (ROOT / "README.md").read_text()  # noqa: ASYNC240 - one small file
+    section = readme[readme.index("### From Python") :]
+    start = section.index("```python\n") + len("```python\n")
+    code = section[start : section.index("\n```", start)]
+    user = f"readme-{uuid.uuid4().hex[:6]}"
+    _, key = await create_key(pool, user_id=user)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        env={"PYTHONPATH": str(ROOT), "ENGRAM_URL": live_query.url, "ENGRAM_API_KEY": key},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert lines[0] == "['Likes window seats']"
+    assert lines[1] == "My favourite colour is blue"
+    assert lines[-1].startswith("no such memory:")
