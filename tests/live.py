@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import pytest
 from pydantic import SecretStr
 
+from engram_cli.embedded import free_port
 from services.query.settings import QuerySettings
-from shared.embedded import free_port
 from tests.conftest import Infra
 from tests.support import start_service, wait_healthy
 

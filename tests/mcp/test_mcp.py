@@ -47,7 +47,7 @@ async def stdio_client(live: LiveQuery, key: str) -> AsyncIterator[Client]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ENGRAM_API_KEY": key}
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "shared", "mcp", "--url", live.url],
+        args=["-m", "engram_cli", "mcp", "--url", live.url],
         env=env,
         cwd=str(ROOT),
     )
@@ -192,7 +192,7 @@ async def test_http_needs_a_valid_key(live_query: LiveQuery, pool: asyncpg.Pool)
 async def test_stdio_refuses_a_wrong_key(live_query: LiveQuery) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        *["-m", "shared", "mcp", "--url", live_query.url, "--key", "eng_wrong"],
+        *["-m", "engram_cli", "mcp", "--url", live_query.url, "--key", "eng_wrong"],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         cwd=ROOT,
         stdin=asyncio.subprocess.DEVNULL,
