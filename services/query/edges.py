@@ -7,7 +7,7 @@ never echo its value, and the error answers documented in the OpenAPI.
   where each error names its field (``content``, ``facts.0.subjects``) and says
   what is wrong, without the value (a 50 MB field is not sent back).
 - :func:`document_errors` adds the Bearer scheme's 401/403 and the 413 and 422
-  answers, with :class:`ErrorOut` as their body, to every ``/v1`` operation.
+  answers, with :class:`ErrorOut` as their body, to the operations they can come from.
 """
 
 from __future__ import annotations
@@ -143,8 +143,9 @@ _ERROR_REF = {"$ref": "#/components/schemas/ErrorOut"}
 
 
 def document_errors(app: FastAPI) -> None:
-    """Every ``/v1`` operation documents 401, 403 and 413, and (when it takes input)
-    422, with :class:`ErrorOut` as the body; the OpenAPI is built as usual first."""
+    """Document the error answers with :class:`ErrorOut` as their body: 401 and 403
+    where an operation takes the key, 413 where it takes a body, 422 where it takes
+    any input. The OpenAPI is built as usual first."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -155,19 +156,21 @@ def document_errors(app: FastAPI) -> None:
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(defs.pop("$defs", {}))
         components["ErrorOut"] = defs
-        for path, operations in schema.get("paths", {}).items():
-            if not path.startswith("/v1/"):
-                continue
+        for operations in schema.get("paths", {}).values():
             for op in operations.values():
+                wanted = {
+                    401: bool(op.get("security")),
+                    403: bool(op.get("security")),
+                    413: "requestBody" in op,
+                    422: bool(op.get("parameters") or op.get("requestBody")),
+                }
                 responses = op.setdefault("responses", {})
-                takes_input = bool(op.get("parameters") or op.get("requestBody"))
                 for status, description in ERROR_RESPONSES.items():
-                    if status == 422 and not takes_input:
-                        continue
-                    responses[str(status)] = {
-                        "description": description,
-                        "content": {"application/json": {"schema": _ERROR_REF}},
-                    }
+                    if wanted[status]:
+                        responses[str(status)] = {
+                            "description": description,
+                            "content": {"application/json": {"schema": _ERROR_REF}},
+                        }
         if "/HTTPValidationError" not in json.dumps(schema["paths"]):
             components.pop("HTTPValidationError", None)
             components.pop("ValidationError", None)

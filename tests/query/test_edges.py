@@ -86,6 +86,11 @@ async def test_openapi_declares_bearer_auth_and_the_error_answers(client):
         ref = add["responses"][status]["content"]["application/json"]["schema"]["$ref"]
         assert ref == "#/components/schemas/ErrorOut", status
     assert "input" not in spec["components"]["schemas"]["FieldError"]["properties"]
+    # no key, no body: no 401/403/413/422 claimed
+    listing = spec["paths"]["/v1/tools"]["get"]["responses"]
+    assert "401" not in listing and "413" not in listing and "422" in listing  # ?format=
+    me = spec["paths"]["/v1/me"]["get"]["responses"]
+    assert sorted(me) == ["200", "401", "403"]
     assert "/mcp" not in spec["paths"]
 
 
