@@ -7,16 +7,16 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from fastapi import FastAPI, Request, Response
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from prometheus_client import Histogram
 
-from services.query import rpc
+from services.query import edges, rpc
 from services.query.context.tools import HintCache
 from services.query.decision_guard import Rewrite
 from services.query.embedding import Resolver, default_resolver, embed_query
 from services.query.facts_service import has_trigram
+from services.query.mcp.http import mount as mount_mcp
 from services.query.routes import routers
 from services.query.settings import QuerySettings
 from services.query.state import QueryState
@@ -50,7 +50,8 @@ def create_app(
 
     rt.on_start.append(read_trigram)
     rpc.register(rt, state)
-    app = FastAPI(
+    # Swagger UI and ReDoc from the service's own files: /docs works offline
+    app = FastAPIOffline(
         title="engram",
         summary="Long-term memory for chat assistants and AI agents",
         version="1",
@@ -64,6 +65,8 @@ def create_app(
         app.include_router(router)
     _install_error_handlers(app)
     _install_metrics(app, rt)
+    mount_mcp(app, rt, max_body_bytes=settings.max_request_bytes)
+    edges.install(app, max_request_bytes=settings.max_request_bytes)
     return app
 
 
@@ -115,22 +118,6 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(EngramError)
     async def other(request: Request, exc: EngramError) -> JSONResponse:
         return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status_code=400)
-
-    @app.exception_handler(RequestValidationError)
-    async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        parts = []
-        for err in exc.errors()[:10]:
-            loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-            parts.append(f"{loc}: {err.get('msg')}")
-        return JSONResponse(
-            {
-                "error": "invalid_request",
-                "detail": "; ".join(parts),
-                # a validator's error carries its exception in ctx: make it text
-                "errors": jsonable_encoder(exc.errors()[:10], custom_encoder={Exception: str}),
-            },
-            status_code=422,
-        )
 
 
 def _install_metrics(app: FastAPI, rt: Runtime) -> None:

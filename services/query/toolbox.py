@@ -1,7 +1,8 @@
 """The memory tools as LLM function-calling schemas, and their executor.
 
-Two tools: ``memory`` (Nova 3.2: search, add, get, archive, list_themes) and
-``memory_facts`` (Navi: save, search, forget, list). :func:`tool_schemas` gives
+Tools: ``memory`` (Nova 3.2: search, add, get, archive, list_themes),
+``memory_facts`` (Navi: save, search, forget, list), ``remember`` and ``recall``
+(Ash), ``context`` and ``episode_recall``. :func:`tool_schemas` gives
 them in OpenAI and Anthropic formats; :func:`call_tool` runs one call for one
 user and returns its JSON result, or raises :class:`ToolError` with a message
 written for the model (bad arguments, unknown item, unknown tool).
@@ -18,11 +19,14 @@ from pydantic import BaseModel, ValidationError
 
 from services.query import facts_service as fs
 from services.query import memory_service as ms
+from services.query.context.tools import HintCache
+from services.query.context_tools import CONTEXT_SPECS, call_context_tool
+from services.query.context_tools import NAMES as CONTEXT_TOOL_NAMES
 from services.query.embedding import user_embedder
+from services.query.memory_tool_specs import FACTS, MEMORY, Nothing
 from services.query.people_tools import NAMES as PEOPLE_TOOL_NAMES
 from services.query.people_tools import PEOPLE_SPECS, call_people_tool
 from services.query.schemas import (
-    CONFIDENCE_TEXT,
     AddIn,
     FactIn,
     FactListIn,
@@ -32,52 +36,11 @@ from services.query.schemas import (
     SearchIn,
 )
 from services.query.state import QueryState
-from services.query.tool_specs import Operation, ToolSpec, anthropic, neutral, openai
+from services.query.tool_specs import anthropic, neutral, openai
 from shared.errors import InvalidRequest, NotFound
 from shared.streams import Publisher
 
-
-class _Nothing(BaseModel):
-    model_config = {"extra": "forbid"}
-
-
-MEMORY = ToolSpec(
-    name="memory",
-    description="Long-term memory about the user.",
-    selector="operation",
-    operations=(
-        Operation(
-            "search",
-            SearchIn,
-            "finds memories (hybrid semantic + keyword; query '*' or empty returns the "
-            "newest; archived items only with status 'archived' or 'any').",
-        ),
-        Operation("add", AddIn, "stores one memory (type, content, optional theme, tags)."),
-        Operation("get", ItemIn, "returns one item by id."),
-        Operation(
-            "archive", ItemIn, "hides an outdated or wrong item (add a corrected one first)."
-        ),
-        Operation("list_themes", _Nothing, "lists the themes in use."),
-    ),
-)
-
-FACTS = ToolSpec(
-    name="memory_facts",
-    description="Stable facts about the user, one value per (category, key).",
-    selector="action",
-    operations=(
-        Operation("save", FactIn, "upserts a fact; " + CONFIDENCE_TEXT + "."),
-        Operation("search", FactSearchIn, "finds facts by meaning or keyword."),
-        Operation(
-            "forget",
-            ForgetIn,
-            "deletes a fact by key (only when the user asks or it is clearly wrong).",
-        ),
-        Operation("list", FactListIn, "returns stored facts."),
-    ),
-)
-
-SPECS = [MEMORY, FACTS, *PEOPLE_SPECS]
+SPECS = [MEMORY, FACTS, *PEOPLE_SPECS, *CONTEXT_SPECS]
 TOOLS = [neutral(s) for s in SPECS]
 
 
@@ -92,6 +55,7 @@ class ToolContext:
     state: QueryState
     user_id: str
     trigram: bool
+    hint_cache: HintCache
 
 
 def tool_schemas(fmt: str = "all") -> dict[str, list[dict[str, Any]]]:
@@ -142,10 +106,20 @@ async def call_tool(ctx: ToolContext, name: str, arguments: Any) -> dict[str, An
             return await _memory(ctx, args)
         if name == "memory_facts":
             return await _facts(ctx, args)
-        if name in PEOPLE_TOOL_NAMES:
+        if name in PEOPLE_TOOL_NAMES or name in CONTEXT_TOOL_NAMES:
             embedder = await user_embedder(
                 ctx.state.resolver, ctx.pool, user_id=ctx.user_id, settings=ctx.state.settings
             )
+            if name in CONTEXT_TOOL_NAMES:
+                return await call_context_tool(
+                    name,
+                    args,
+                    pool=ctx.pool,
+                    state=ctx.state,
+                    user_id=ctx.user_id,
+                    embedder=embedder,
+                    hint_cache=ctx.hint_cache,
+                )
             return await call_people_tool(
                 name,
                 args,
@@ -184,7 +158,7 @@ async def _memory(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             ctx.pool, ctx.publisher, user_id=ctx.user_id, item_id=one.item_id, actor="tool"
         )
     if op == "list_themes":
-        _validate(_Nothing, args, op)
+        _validate(Nothing, args, op)
         return {"themes": await ms.list_themes(ctx.pool, user_id=ctx.user_id)}
     raise ToolError(f"unknown operation {op!r}; use search, add, get, archive or list_themes")
 

@@ -23,8 +23,8 @@ import asyncpg
 
 from services.query.context.budget import tokens
 from services.query.context.models import ContextIn, ContextOut
+from services.query.memory_tool_specs import MEMORY
 from services.query.tool_specs import signature
-from services.query.toolbox import MEMORY
 from shared.db import Conn
 
 log = logging.getLogger(__name__)
