@@ -322,7 +322,12 @@ async def ask_all(
         progress.update(done)
         return out
 
-    async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
+        # one call first: the query service loads its model on first use
+        c0 = convs[0]
+        headers = {"Authorization": f"Bearer {keys[c0.user_id]}"}
+        r = await client.post("/v1/context", json={"message": "hello"}, headers=headers)
+        r.raise_for_status()
         answers = await asyncio.gather(*(one(client, c, q) for c, q in work))
     progress.update(len(work), force=True)
     return [a for batch in answers for a in batch]
