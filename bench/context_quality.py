@@ -124,6 +124,10 @@ SELECT
 """
 
 
+async def pipeline_state(pool: asyncpg.Pool, users: list[str]) -> dict[str, Any]:
+    return dict(await pool.fetchrow(STATE, users) or {})
+
+
 async def publish_conversation(
     pool: asyncpg.Pool, publisher: Publisher, conv: Conversation, progress: Callable[[], None]
 ) -> None:
@@ -155,7 +159,7 @@ async def load_pipeline(
     users = [c.user_id for c in convs]
     n_turns = sum(len(c.turns) for c in convs)
     n_sessions = sum(len(sessions(c)) for c in convs)
-    state = await pool.fetchrow(STATE, users)
+    state = await pipeline_state(pool, users)
     if (
         reuse
         and state["turns_embedded"] == n_turns
@@ -163,7 +167,7 @@ async def load_pipeline(
         and state["memories_pending"] == 0
     ):
         print(f"reusing {len(users)} loaded users", file=sys.stderr)
-        return {"reused": True, **dict(state)}
+        return {"reused": True, **state}
     await pool.execute("DELETE FROM users WHERE id = ANY($1::text[])", users)
     assert settings.redis_url is not None
     redis = aioredis.from_url(settings.redis_url.get_secret_value())
@@ -185,7 +189,7 @@ async def load_pipeline(
     published = time.perf_counter() - started
     work = Progress("turns embedded + episodes summarised", n_turns + n_sessions)
     while True:
-        state = await pool.fetchrow(STATE, users)
+        state = await pipeline_state(pool, users)
         work.update(state["turns_embedded"] + state["episodes_done"])
         if (
             state["turns_embedded"] >= n_turns
@@ -199,7 +203,7 @@ async def load_pipeline(
     work.update(n_turns + n_sessions, force=True)
     return {
         "reused": False,
-        **dict(state),
+        **state,
         "publish_s": round(published, 1),
         "pipeline_s": round(time.perf_counter() - started, 1),
     }
@@ -378,7 +382,7 @@ def report(summary: dict[str, Any]) -> str:
                 f"{tokens:.0f}",
             )
         )
-    header = ("surface", "1-4 tune", "1-4 check", "1-4 all")
+    header: tuple[str, ...] = ("surface", "1-4 tune", "1-4 check", "1-4 all")
     header += tuple(f"{g} {CATEGORIES[int(g)][:9]}" for g in ("1", "2", "3", "4"))
     header += ("5 advers.", "tokens")
     return table(rows, header)

@@ -407,7 +407,7 @@ def report_halves(results: dict[str, dict[str, Any]]) -> str:
                 for part in (res["halves"].get("tune", {}), res["halves"].get("check", {}), res):
                     cells.append(f"{part[group][metric]:.3f}" if group in part else "")
             rows.append((f"engram {mode}", group, *cells))
-    header = ("retriever", "categories")
+    header: tuple[str, ...] = ("retriever", "categories")
     header += ("r@10 tune", "r@10 check", "r@10 all", "ndcg tune", "ndcg check", "ndcg all")
     return table(rows, header)
 
