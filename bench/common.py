@@ -7,6 +7,7 @@ directory unless ENGRAM_DATABASE_URL / ENGRAM_REDIS_URL are set.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -15,7 +16,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,18 @@ def share_model_cache(data_dir: Path) -> None:
     (data_dir / "models").symlink_to(shared)
 
 
+def _run_blocking(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to the end, from sync code or from inside a running event loop
+    (then on a thread of its own: ``asyncio.run`` refuses a nested loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(work)
+        return
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, work).result()
+
+
 @contextlib.contextmanager
 def bench_stack(prefix: str = "bench") -> Iterator[CommonSettings]:
     """Settings pointing at fresh servers (or the configured ones), migrated."""
@@ -71,7 +84,7 @@ def bench_stack(prefix: str = "bench") -> Iterator[CommonSettings]:
             finally:
                 await conn.close()
 
-        asyncio.run(_migrate())
+        _run_blocking(_migrate())
         yield base.model_copy(
             update={
                 "database_url": SecretStr(db_url),
