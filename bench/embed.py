@@ -321,7 +321,7 @@ async def main(n: int, rounds: int) -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(
-        f"\n{'':<22}{'model s':>9}{'texts/s':>9}{'1 pass s':>10}{'pipeline s':>12}"
+        f"\n{'':<12}{'model s':>9}{'texts/s':>9}{'/CPU-s':>8}{'1 pass s':>10}{'pipeline s':>12}"
         f"{'texts/s':>9}{'ratio':>7}"
     )
     for m in local.MODELS:
