@@ -117,12 +117,12 @@ async def test_a_turns_stored_vector_is_the_bare_models_vector_of_its_text(
 
     text = message_text(content, "user", None, None, None, speaker="Ann", at=at)
     assert text == EMBEDDED_TURN_TEXT
-    [bare] = local.encode([text], batch_size=1)
+    [bare] = local.encode([text], batch_size=1, model=es.embedding_model)
     assert len(vector) == len(bare) == 384
     # float32 end to end: equal to rounding (a half-precision copy would be ~1e-4 off)
     assert max(abs(x - y) for x, y in zip(vector, bare, strict=True)) < 1e-6
     # the text is the turn's own: another text's vector would not pass
-    [other] = local.encode([f"Ann: {content} (edited)"], batch_size=1)
+    [other] = local.encode([f"Ann: {content} (edited)"], batch_size=1, model=es.embedding_model)
     assert max(abs(x - y) for x, y in zip(vector, other, strict=True)) > 1e-3
 
 
