@@ -157,6 +157,11 @@ def main() -> None:
         action="store_true",
         help="skip the harness's bare-model timing (minutes on a busy machine)",
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="only turn the scratch directory's last compare.json into --out",
+    )
     args = parser.parse_args()
     for path in (args.harness / "peer_bench.py", args.locomo):
         if not path.exists():
@@ -195,9 +200,14 @@ def main() -> None:
         cmd += ["--system-options", json.dumps(options)]
     if args.no_embed_baseline:
         cmd.append("--no-embed-baseline")
-    subprocess.run(cmd, cwd=scratch, env=env, check=True)
+    if not args.report_only:
+        # exit status 1 = a system failed; its error is in the result, reported below
+        subprocess.run(cmd, cwd=scratch, env=env)
     harness = json.loads(out.read_text())
-    systems = {name: figures(s) for name, s in harness["systems"].items()}
+    systems = {
+        name: {"error": s["error"]} if "error" in s else figures(s)
+        for name, s in harness["systems"].items()
+    }
     result = {
         "repo": str(repo),
         "commit": subprocess.run(
@@ -208,7 +218,7 @@ def main() -> None:
         "queries": args.queries,
         "repeat": args.repeat,
         "systems": systems,
-        "targets": targets(systems["mem0"], systems["engram"]),
+        "targets": targets(systems["mem0"], next(v for k, v in systems.items() if k != "mem0")),
         "harness": harness,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
