@@ -1,11 +1,14 @@
 """Extraction benchmark on the LoCoMo conversations (path as an argument; CC BY-NC, not copied).
 
-    python -m bench.extract PATH/TO/locomo10.json [--llm-episodes 20]
+    python -m bench.extract PATH/TO/locomo10.json [--llm-episodes 20] [--conversations 10]
 
-1. Offline extractor: episodes per second for summary + fact candidates + the
+1. Quality (``bench/extract_quality.py``): what the offline extractor learns from
+   each LoCoMo session through ingest's and the extractor's use cases on a real
+   PostgreSQL, against the dataset's observations and session summaries.
+2. Offline extractor: episodes per second for summary + fact candidates + the
    fact rules that need no database (secrets, relative dates), each LoCoMo
    session being one episode (speaker A is the "user", speaker B the other side).
-2. Language-model path: the real client and prompts against a *scripted*
+3. Language-model path: the real client and prompts against a *scripted*
    OpenAI-compatible server on loopback; it reports prompt tokens estimated as
    characters / 4 of the messages it receives and answers with fixed JSON, so
    the prompt side reflects engram's prompts and transcripts, the completion
@@ -32,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
+
+from bench import extract_quality as quality
 
 from shared.embedded import free_port
 from shared.llm.client import OpenAIChatModel
@@ -195,16 +200,34 @@ def main() -> None:
     )
     parser.add_argument("--llm-episodes", type=int, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--conversations", type=int, default=None, help="quality on the first N (sample_id order)"
+    )
+    parser.add_argument(
+        "--samples", type=Path, default=None, help="write what was learned per session here"
+    )
+    parser.add_argument("--no-quality", action="store_true", help="speed and tokens only")
     args = parser.parse_args()
     if not args.locomo.exists():
         parser.error(f"{args.locomo} not found (LoCoMo's locomo10.json)")
     episodes = load_episodes(args.locomo)
+    q: dict[str, Any] | None = None
+    if not args.no_quality:
+        convs = quality.load(args.locomo, args.conversations)
+        records, seconds = quality.learn(convs)
+        q = asyncio.run(quality.score(records, convs))
+        q["conversations"] = [c.sample_id for c in convs]
+        q["seconds"] = round(seconds, 1)
+        q["path"] = "ingest store_turns + extractor extract_episode (offline), real PostgreSQL"
+        if args.samples:  # holds LoCoMo text: keep it out of the repository
+            args.samples.write_text(json.dumps(records, indent=1, default=str) + "\n")
     result = {
         "dataset": str(args.locomo),
         "conversations": 10,
         "episodes": len(episodes),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quality": q,
         "offline": asyncio.run(offline(episodes)),
         "llm_scripted": asyncio.run(llm_path(episodes, args.llm_episodes)),
     }
@@ -227,6 +250,11 @@ def main() -> None:
         ("LLM path total tokens/episode (scripted)", m["tokens_per_episode_mean"]),
     ]:
         print(f"{label:<46}{value:>14}")
+    if q is not None:
+        print(f"\nquality ({len(q['conversations'])} conversations, {q['sessions']} sessions)")
+        print("-" * 60)
+        for label, key in quality.QUALITY_ROWS:
+            print(f"{label:<46}{json.dumps(q[key]):>14}")
     print(f"\nwritten to {args.out}")
 
 
