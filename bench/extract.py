@@ -37,7 +37,6 @@ from typing import Any
 from tqdm import tqdm
 
 from bench import extract_quality as quality
-
 from shared.embedded import free_port
 from shared.llm.client import OpenAIChatModel
 from shared.llm.jobs import LLMExtractor

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import re
+import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -62,8 +62,10 @@ _GREETING = re.compile(
     r"(?i)^\s*(hi|hello|hey|hiya|yo|good (morning|afternoon|evening)|thanks|thank you|wow|"
     r"woohoo|long time|congrat|bye|see you|take care)\b"
 )
-_FIRST_SECOND = re.compile(r"\b(I|I'm|I've|I'll|I'd)\b|(?i:\b(me|my|mine|myself|you|your|yours"
-                           r"|you're|you've|yourself)\b)")
+_FIRST_SECOND = re.compile(
+    r"\b(I|I'm|I've|I'll|I'd)\b|(?i:\b(me|my|mine|myself|you|your|yours"
+    r"|you're|you've|yourself)\b)"
+)
 
 
 @dataclass
@@ -208,51 +210,48 @@ async def _learn(
     async def embedder_for(user_id: str) -> LocalEmbedder:
         return embedder
 
-    if True:
-        assert settings.database_url and settings.redis_url
-        pool = await create_pool(settings.database_url.get_secret_value(), max_size=4)
-        redis = aioredis.from_url(settings.redis_url.get_secret_value())
-        publisher = Publisher(redis, settings)
-        x = Extraction(
-            pool=pool,
-            publisher=publisher,
-            extractor=OfflineExtractor(),
-            embedder_for=embedder_for,
-            dim=settings.embedding_dim,
-        )
-        total = sum(len(c.sessions) for c in convs)
-        progress = Progress("extract (ingest + extract_episode, offline)", total)
-        done = 0
-        t0 = time.perf_counter()
-        try:
-            for conv in convs:
-                events = turn_events(conv)
-                deliveries = [Delivery(entry_id=f"{i}-0", event=e) for i, e in enumerate(events)]
-                rejected = await store_turns(
-                    pool, publisher, deliveries, stale_window=timedelta(minutes=30)
+    assert settings.database_url and settings.redis_url
+    pool = await create_pool(settings.database_url.get_secret_value(), max_size=4)
+    redis = aioredis.from_url(settings.redis_url.get_secret_value())
+    publisher = Publisher(redis, settings)
+    x = Extraction(
+        pool=pool,
+        publisher=publisher,
+        extractor=OfflineExtractor(),
+        embedder_for=embedder_for,
+        dim=settings.embedding_dim,
+    )
+    total = sum(len(c.sessions) for c in convs)
+    progress = Progress("extract (ingest + extract_episode, offline)", total)
+    done = 0
+    t0 = time.perf_counter()
+    try:
+        for conv in convs:
+            events = turn_events(conv)
+            deliveries = [Delivery(entry_id=f"{i}-0", event=e) for i, e in enumerate(events)]
+            rejected = await store_turns(
+                pool, publisher, deliveries, stale_window=timedelta(minutes=30)
+            )
+            assert not rejected, rejected
+            episodes = await pool.fetch(
+                "SELECT id FROM episodes WHERE user_id = $1 ORDER BY started_at",
+                conv.user_id,
+            )
+            assert len(episodes) == len(conv.sessions), (conv.sample_id, len(episodes))
+            for ep in episodes:
+                await extract_episode(
+                    x,
+                    ExtractRequested(episode_id=ep["id"], user_id=conv.user_id, reason="manual"),
                 )
-                assert not rejected, rejected
-                episodes = await pool.fetch(
-                    "SELECT id FROM episodes WHERE user_id = $1 ORDER BY started_at",
-                    conv.user_id,
-                )
-                assert len(episodes) == len(conv.sessions), (conv.sample_id, len(episodes))
-                for ep, session in zip(episodes, conv.sessions, strict=True):
-                    await extract_episode(
-                        x,
-                        ExtractRequested(
-                            episode_id=ep["id"], user_id=conv.user_id, reason="manual"
-                        ),
-                    )
-                    done += 1
-                    progress.update(done)
-                for ep, session in zip(episodes, conv.sessions, strict=True):
-                    records.append(await _record(pool, conv, session, ep["id"]))
-            progress.update(done, force=True)
-        finally:
-            await redis.aclose()
-            await pool.close()
-        return records, time.perf_counter() - t0
+                done += 1
+                progress.update(done)
+            for ep, session in zip(episodes, conv.sessions, strict=True):
+                records.append(await _record(pool, conv, session, ep["id"]))
+        progress.update(done, force=True)
+    finally:
+        await redis.aclose()
+        await pool.close()
+    return records, time.perf_counter() - t0
 
 
 async def _record(

@@ -17,7 +17,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -29,6 +29,7 @@ from shared.llm.jobs import Extractor
 from shared.llm.offline import summarize as offline_summary
 from shared.llm.schemas import EpisodeSummary
 from shared.llm.transcript import Transcript, from_messages
+from shared.memory.dates import resolve_relative_dates
 from shared.memory.facts import FactResult, apply_plan, plan_facts
 from shared.memory.narrative import regenerate_user_summary
 from shared.memory.secrets import redact
@@ -51,7 +52,7 @@ WHERE e.id = $1 AND e.user_id = $2
 """
 
 LOAD_MESSAGES = """
-SELECT role, content, tool_name, tool_args, tool_result, display_name, occurred_at
+SELECT id, role, content, tool_name, tool_args, tool_result, display_name, occurred_at
 FROM messages WHERE episode_id = $1 AND user_id = $2
 ORDER BY occurred_at, id
 """
@@ -197,6 +198,7 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
 
     try:
         summary, method = await _summarize(x, transcript)
+        summary = _dated(summary, ep["started_at"])
     except InvalidModelOutput as exc:
         log.warning("episode %s: %s", request.episode_id, exc)
         async with x.pool.acquire() as conn, conn.transaction():
@@ -226,6 +228,10 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
         same_fact=x.extractor.same_fact,
         dim=x.dim,
     )
+
+    for fact, _ in [*((f, "") for f in plan.store), *plan.review]:
+        line = transcript.source_of(fact.source_context)
+        fact.source_message_id = line.message_id if line else None
 
     document = {
         **summary.model_dump(),
@@ -268,6 +274,16 @@ async def _summarize(x: Extraction, transcript: Transcript) -> tuple[EpisodeSumm
         return _redacted(offline_summary(transcript)), "minimal"
     summary = await x.extractor.summarize(transcript)
     return _redacted(summary), ("heuristic" if x.extractor.heuristic else "llm")
+
+
+def _dated(s: EpisodeSummary, when: datetime) -> EpisodeSummary:
+    """Relative dates ("yesterday", "last week") as dates seen from the episode's start."""
+    return s.model_copy(
+        update={
+            "summary": resolve_relative_dates(s.summary, when),
+            "key_points": [resolve_relative_dates(p, when) for p in s.key_points],
+        }
+    )
 
 
 def _count_facts(x: Extraction, r: FactResult) -> None:

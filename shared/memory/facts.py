@@ -85,6 +85,11 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now(), $12, $13, $14, $15,
 RETURNING id
 """
 
+LINK_SOURCE = """
+UPDATE memory_items SET source_message_id = $2
+WHERE id = $1 AND EXISTS (SELECT 1 FROM messages WHERE id = $2 AND user_id = $3)
+"""
+
 CONFIRM = """
 UPDATE memory_items SET last_verified_at = now(), updated_at = now()
 WHERE id = $1 AND user_id = $2
@@ -111,6 +116,8 @@ class Fact:
     # (provider, model, dims) of ``vector`` when the embedder said who made it:
     # the fact is then stored with its embedding ready, not left for the embedder.
     embedded_by: tuple[str, str, int] | None = None
+    # The ``messages`` row the fact was learned from (matched on ``source_context``).
+    source_message_id: int | None = None
 
     @property
     def type(self) -> str:
@@ -303,6 +310,8 @@ async def apply_plan(
             by[1] if by else None,
             by[2] if by else None,
         )
+        if fact.source_message_id is not None:
+            await conn.execute(LINK_SOURCE, memory_id, fact.source_message_id, user_id)
         result.stored.append(memory_id)
         if not inline:
             result.pending.append(memory_id)
