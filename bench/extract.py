@@ -206,6 +206,7 @@ def main() -> None:
         "--samples", type=Path, default=None, help="write what was learned per session here"
     )
     parser.add_argument("--no-quality", action="store_true", help="speed and tokens only")
+    parser.add_argument("--quality-only", action="store_true", help="no speed or token runs")
     args = parser.parse_args()
     if not args.locomo.exists():
         parser.error(f"{args.locomo} not found (LoCoMo's locomo10.json)")
@@ -227,27 +228,33 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "quality": q,
-        "offline": asyncio.run(offline(episodes)),
-        "llm_scripted": asyncio.run(llm_path(episodes, args.llm_episodes)),
     }
+    if args.quality_only:
+        result["offline"] = result["llm_scripted"] = None
+    else:
+        result["offline"] = asyncio.run(offline(episodes))
+        result["llm_scripted"] = asyncio.run(llm_path(episodes, args.llm_episodes))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     o, m = result["offline"], result["llm_scripted"]
-    print(f"\n{'measure':<46}{'value':>14}")
-    print("-" * 60)
-    for label, value in [
-        ("episodes (LoCoMo sessions)", o["episodes"]),
-        ("turns", o["turns"]),
-        ("offline episodes/s", o["episodes_per_s"]),
-        ("offline turns/s", o["turns_per_s"]),
-        ("offline ms/episode (mean)", o["mean_ms_per_episode"]),
-        ("offline ms/episode (p95)", o["p95_ms_per_episode"]),
-        ("offline fact candidates/episode", o["fact_candidates_per_episode"]),
-        ("offline candidates >= 0.6/episode", o["candidates_at_or_above_0.6_per_episode"]),
-        ("LLM path requests/episode (scripted)", m["requests_per_episode"]),
-        ("LLM path prompt tokens/episode (chars/4)", m["prompt_tokens_per_episode"]),
-        ("LLM path total tokens/episode (scripted)", m["tokens_per_episode_mean"]),
-    ]:
+    rows: list[tuple[str, Any]] = []
+    if o is not None and m is not None:
+        rows = [
+            ("episodes (LoCoMo sessions)", o["episodes"]),
+            ("turns", o["turns"]),
+            ("offline episodes/s", o["episodes_per_s"]),
+            ("offline turns/s", o["turns_per_s"]),
+            ("offline ms/episode (mean)", o["mean_ms_per_episode"]),
+            ("offline ms/episode (p95)", o["p95_ms_per_episode"]),
+            ("offline fact candidates/episode", o["fact_candidates_per_episode"]),
+            ("offline candidates >= 0.6/episode", o["candidates_at_or_above_0.6_per_episode"]),
+            ("LLM path requests/episode (scripted)", m["requests_per_episode"]),
+            ("LLM path prompt tokens/episode (chars/4)", m["prompt_tokens_per_episode"]),
+            ("LLM path total tokens/episode (scripted)", m["tokens_per_episode_mean"]),
+        ]
+        print(f"\n{'measure':<46}{'value':>14}")
+        print("-" * 60)
+    for label, value in rows:
         print(f"{label:<46}{value:>14}")
     if q is not None:
         print(f"\nquality ({len(q['conversations'])} conversations, {q['sessions']} sessions)")

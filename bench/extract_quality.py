@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 import time
 import uuid
 from collections import defaultdict
@@ -326,6 +327,7 @@ async def score(records: list[dict[str, Any]], convs: list[Conversation]) -> dic
         for obs in r["observations"].values():
             for o in obs:
                 add(o)
+    print(f"  scoring: embedding {len(texts):,} texts with the local model", file=sys.stderr)
     vecs = _unit(await embedder.embed(list(texts)))
 
     def sim(a: str, b: str) -> float:

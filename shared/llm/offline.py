@@ -238,8 +238,11 @@ def third_person(text: str, name: str, other: str | None = None) -> str:
         text = re.sub(r"(?i)\byou've\b", f"{other} has", text)
         text = re.sub(r"(?i)\byou'll\b", f"{other} will", text)
         text = re.sub(r"(?i)\byou'd\b", f"{other} would", text)
-        text = re.sub(r"(?i)\byours?\b(?=\s|$|[.,!;])", lambda m: f"{other}'s"
-                      if m.group(0).lower().startswith("your") else other, text)
+        text = re.sub(
+            r"(?i)\byours?\b(?=\s|$|[.,!;])",
+            lambda m: f"{other}'s" if m.group(0).lower().startswith("your") else other,
+            text,
+        )
         text = re.sub(r"(?i)\byourself\b", other, text)
         text = re.sub(r"(?i)\byou\b", other, text)
     return text
