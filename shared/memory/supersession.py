@@ -98,34 +98,49 @@ _NEGATIVE = re.compile(
 def attribute_of(content: str) -> tuple[str, str] | None:
     """The single-valued attribute a statement sets (Navi's key) and its value, or None.
 
-    "User's favorite color is red" -> ("favorite color", "red"); "Tim lives in
-    Paris" -> ("residence", "paris"); "Tim hates sushi" -> ("liking: sushi",
-    "no"). Statements that add to what is known ("loves creating art", "went
-    to a support group") have none."""
+    The key holds whose attribute it is, as written: "User's favorite color is
+    red" -> ("user: favorite color", "red"); "Tim lives in Paris" -> ("tim:
+    residence", "paris"); "Tim's sister lives in Rome" -> ("tim's sister:
+    residence", "rome"); "Tim hates sushi" -> ("tim: liking: sushi", "no").
+    Statements that add to what is known ("loves creating art", "went to a
+    support group") have none."""
     text = " ".join(content.strip().rstrip(".!").split())
     m = _POSSESSIVE.search(text)
     if m:
-        attr = m.group("attr").lower().replace("favourite", "favorite")
-        return " ".join(attr.split()), _value(text[m.end() :])
+        attr = " ".join(m.group("attr").lower().replace("favourite", "favorite").split())
+        return f"{_who(m.group('who'))}: {attr}", _value(text[m.end() :])
     m = _SCHEDULED.search(text)
     if m:
-        return m.group("attr").lower() + " time", _value(text[m.end() :])
+        return f"{_who(text[: m.start()])}: {m.group('attr').lower()} time", _value(text[m.end() :])
     for pattern, attr in _VERB_ATTRS:
         v = pattern.search(text)
         if v:
-            return attr, _value(text[v.end() :]) or _value(v.group(0))
+            return f"{_who(text[: v.start()])}: {attr}", _value(text[v.end() :]) or _value(
+                v.group(0)
+            )
     m = _LIKING.search(text)
     if m:
         what = _ARTICLE.sub("", m.group("what").lower()).strip(" .")
         if 0 < len(what.split()) <= 4:
             verb = text[m.start() : m.start("what")].strip()
-            return "liking: " + what, "no" if _NEGATIVE.match(verb) else "yes"
+            who = _who(text[: m.start()])
+            return f"{who}: liking: {what}", "no" if _NEGATIVE.match(verb) else "yes"
     return None
 
 
+_FILLER = frozenset(
+    "the a an now named called is am are was were years year old in at to for on of".split()
+)
+
+
+def _who(text: str) -> str:
+    words = re.findall(r"[a-z0-9']+", text.lower())
+    return " ".join(w for w in words if w not in _FILLER and w not in ("now", "currently"))
+
+
 def _value(text: str) -> str:
-    words = re.findall(r"[a-z0-9]+", text.lower())
-    return " ".join(w for w in words if w not in {"the", "a", "an", "now", "named", "called"})
+    words = re.findall(r"[a-z0-9@.]+", text.lower())
+    return " ".join(w.strip(".") for w in words if w not in _FILLER)
 
 
 LOAD = """
