@@ -37,12 +37,12 @@ from typing import Any
 from tqdm import tqdm
 
 from bench import extract_quality as quality
+from services.extractor.dates import resolve_relative_dates
 from shared.embedded import free_port
 from shared.llm.client import OpenAIChatModel
 from shared.llm.jobs import LLMExtractor
 from shared.llm.offline import OfflineExtractor
 from shared.llm.transcript import Line, Transcript
-from shared.memory.dates import resolve_relative_dates
 from shared.memory.secrets import find_secret
 
 RESULTS = Path(__file__).parent / "results" / "extract.json"

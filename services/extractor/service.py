@@ -22,16 +22,16 @@ from typing import Any
 
 import asyncpg
 
+from services.extractor.dates import resolve_relative_dates
+from services.extractor.facts import FactResult, apply_plan, plan_facts
 from services.extractor.metrics import ExtractorMetrics
+from services.extractor.narrative import regenerate_user_summary
 from shared.errors import EngramError, InvalidModelOutput
 from shared.events import EmbedRequested, EmbedTarget, ExtractRequested, MemoryChanged
 from shared.llm.jobs import Extractor
 from shared.llm.offline import summarize as offline_summary
 from shared.llm.schemas import EpisodeSummary
 from shared.llm.transcript import Transcript, from_messages
-from shared.memory.dates import resolve_relative_dates
-from shared.memory.facts import FactResult, apply_plan, plan_facts
-from shared.memory.narrative import regenerate_user_summary
 from shared.memory.secrets import redact
 from shared.memory.vectors import TextEmbedder
 from shared.streams import Delivery, Publisher, Rejections
@@ -261,6 +261,7 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
             extractor_name=x.extractor.name,
             heuristic=x.extractor.heuristic,
             limit=x.max_facts,
+            contradicts=x.extractor.contradicts,
         )
     _count_facts(x, result)
     if result.changed:

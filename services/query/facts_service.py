@@ -2,10 +2,11 @@
 
 Facts are ``memory_items`` rows of type ``fact`` with ``category`` and ``key``
 (theme = the category). The list (and the summary's count) also holds the
-facts the extractor learned, which have no key (``shared.memory.known``). Guarantees: ``save`` is an upsert on (user, namespace,
-category, key) and re-embeds only when the value changed; ``search`` takes
-vector matches within cosine distance 0.3 first, then trigram similarity
-(pg_trgm) or ILIKE; expired facts are never returned; every write is audited.
+facts the extractor learned, which have no key (``shared.memory.known``).
+Guarantees: ``save`` is an upsert on (user, namespace, category, key) and
+re-embeds only when the value changed; ``search`` takes vector matches within
+cosine distance 0.3 first, then trigram similarity (pg_trgm) or ILIKE; expired
+facts are never returned; every write is audited.
 """
 
 from __future__ import annotations

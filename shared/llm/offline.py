@@ -279,6 +279,9 @@ class OfflineExtractor:
         wa, wb = set(content_words(a)), set(content_words(b))
         return bool(wa) and wa == wb
 
+    async def contradicts(self, older: str, newer: str) -> bool | None:
+        return None  # no model: supersession decides by the attribute rule alone
+
     async def narrative(self, user_name: str, facts: Sequence[str]) -> str:
         return narrative(user_name, facts)
 

@@ -137,6 +137,13 @@ class Equivalence(BaseModel):
     reason: str = Field(default="", description="one short sentence")
 
 
+class Contradiction(BaseModel):
+    """Whether a newer statement replaces an older one (supersession)."""
+
+    contradicts: bool = Field(description="true when the older statement is no longer true")
+    reason: str = Field(default="", description="one short sentence")
+
+
 class DecisionRewrite(BaseModel):
     """Nous F010.3: a decision description rewritten as one factual sentence."""
 

@@ -12,7 +12,9 @@ however similar ("loves creating art" and "loves that Melanie chose
 pottery"). A near-paraphrase (same
 attribute, same value) does not supersede either. When either attribute is
 unknown the pair conflicts only if ``contradicts`` (a model's check, when one is
-configured) says so; without one it does not.
+configured, asked from similarity 0.80 as Nous does) says so; without one it
+does not. The model call runs inside the caller's transaction, so it is kept to
+those rare undecided pairs.
 
 The older one gets ``superseded_at`` and ``superseded_by`` (the newer one's id)
 and leaves default retrieval; it stays in the table for history. Different
@@ -34,9 +36,11 @@ from collections.abc import Awaitable, Callable
 from shared.db import Conn, audit
 
 THRESHOLD = 0.75
+ASK_MODEL = 0.80  # Nous's band: a model is asked only about pairs this similar
 
-Contradicts = Callable[[str, str], Awaitable[bool]]
-"""``contradicts(older, newer)``: whether the newer statement replaces the older one."""
+Contradicts = Callable[[str, str], Awaitable[bool | None]]
+"""``contradicts(older, newer)``: whether the newer statement replaces the older one
+(None: cannot tell)."""
 
 # Single-valued attributes: a person has one of each at a time.
 _OWN = (
@@ -189,7 +193,7 @@ async def conflict(older: str, newer: str, contradicts: Contradicts | None = Non
         return a[0] == b[0] and a[1] != b[1]
     if contradicts is None:
         return False
-    return await contradicts(older, newer)
+    return bool(await contradicts(older, newer))
 
 
 async def check_supersession(
@@ -226,8 +230,9 @@ async def check_supersession(
         similar = await conn.fetch(CONFLICTS, memory_id, threshold)
         conflicts = []
         for r in similar:
-            older, newer_one = (row, r) if r["newer"] else (r, row)
-            if await conflict(older["content"], newer_one["content"], contradicts):
+            first, second = (row, r) if r["newer"] else (r, row)
+            ask = contradicts if r["similarity"] >= ASK_MODEL else None
+            if await conflict(first["content"], second["content"], ask):
                 conflicts.append(r)
         newer = [r for r in conflicts if r["newer"]]
         if newer:

@@ -10,8 +10,8 @@ from typing import Any
 import asyncpg
 import pytest
 
+from services.extractor.facts import FactResult, apply_plan, plan_facts
 from shared.llm.schemas import FactCandidate
-from shared.memory.facts import FactResult, apply_plan, plan_facts
 from tests.extractor.helpers import T0, facts_of
 
 DIM = 384

@@ -1,11 +1,11 @@
 """Navi's facts, Jarvus's stores and typed retrieval, thread checkpoints."""
 
+from services.extractor.facts import Fact, FactPlan, apply_plan
+from services.extractor.narrative import regenerate_user_summary
 from services.query.app import create_app
+from services.query.settings import QuerySettings
 from shared.llm.offline import OfflineExtractor
 from shared.llm.schemas import FactCandidate
-from shared.memory.facts import Fact, FactPlan, apply_plan
-from shared.memory.narrative import regenerate_user_summary
-from services.query.settings import QuerySettings
 from tests.query.helpers import FixedEmbedder, auth, resolver_for, set_vector, unit
 from tests.support import running
 

@@ -13,7 +13,11 @@ Rules applied to the candidates a model (or the offline extractor) proposes:
   text or similarity > 0.90 confirms the existing fact (``last_verified_at``);
   0.80-0.90 asks the model whether they are the same; below, a new fact;
 - at most 5 new facts per episode (the rest are held for review);
-- a new fact supersedes conflicting ones (see ``supersession``).
+- a new fact supersedes the ones it contradicts (``shared.memory.supersession``:
+  Ash's similarity and subjects, and the same attribute with another value, or
+  the model's ``contradicts`` when an attribute is unknown);
+- each stored fact is linked to the message it was learned from
+  (``source_message_id``, when the caller found it).
 
 Planning (model and embedding calls) happens outside any transaction;
 :func:`apply_plan` writes inside the caller's transaction.
@@ -30,13 +34,13 @@ from datetime import datetime
 import asyncpg
 import numpy as np
 
+from services.extractor.dates import resolve_relative_dates
 from shared.db import Conn, audit
 from shared.errors import EngramError, InvalidModelOutput, InvalidRequest
 from shared.llm.schemas import FactCandidate
-from shared.memory.dates import resolve_relative_dates
 from shared.memory.people import SELF_REFERENCES, resolve_or_create_person
 from shared.memory.secrets import find_secret, redact
-from shared.memory.supersession import check_supersession
+from shared.memory.supersession import Contradicts, check_supersession
 from shared.memory.vectors import TextEmbedder, fit
 
 log = logging.getLogger(__name__)
@@ -265,6 +269,7 @@ async def apply_plan(
     extractor_name: str,
     heuristic: bool,
     limit: int = MAX_FACTS_PER_EPISODE,
+    contradicts: Contradicts | None = None,
 ) -> FactResult:
     """Write a plan inside the caller's transaction."""
     result = FactResult(dropped=len(plan.dropped))
@@ -326,7 +331,9 @@ async def apply_plan(
         )
         if inline:
             # Ash's rule, the same check the query service runs when a vector arrives.
-            result.superseded += await check_supersession(conn, memory_id, actor="extractor")
+            result.superseded += await check_supersession(
+                conn, memory_id, actor="extractor", contradicts=contradicts
+            )
     for memory_id, _ in plan.confirm:
         await conn.execute(CONFIRM, memory_id, user_id)
         result.confirmed.append(memory_id)
