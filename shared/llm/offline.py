@@ -429,31 +429,52 @@ def _and(items: list[str]) -> str:
 
 
 def _topics(lines: Sequence[Line], names: Sequence[str], tools: Sequence[str]) -> list[str]:
-    """Named things (capitalised mid-sentence) first, then frequent content words that are
-    not verbs, adjectives or adverbs; never a participant's name."""
+    """Named things (capitalised words mid-sentence, "Silver Spring" as one) first, then
+    frequent content words that are not verbs, adjectives or adverbs; never a
+    participant's name."""
     skip = {n.lower() for name in names for n in name.split()}
     nick = [n for n in skip if len(n) > 3]
     named: Counter[str] = Counter()
     common: Counter[str] = Counter()
+    shown: dict[str, str] = {}
+
+    def wanted(w: str) -> bool:
+        return not (
+            len(w) > TOPIC_CHARS
+            or len(w) < 3
+            or w in skip
+            or w in STOPWORDS
+            or any(n.startswith(w) for n in nick)  # "Mel" for Melanie
+        )
+
     for ln in lines:
         for s in _sentences(ln):
-            tokens = _WORD.findall(s)
-            for i, tok in enumerate(tokens):
-                w = tok.lower().strip("'-")
-                if len(w) > TOPIC_CHARS or w in skip or w in STOPWORDS or len(w) < 3:
+            run: list[str] = []
+            for i, tok in enumerate([*_WORD.findall(s), ""]):
+                bare = tok.strip("'-").removesuffix("'s")
+                w = bare.lower()
+                capital = i > 0 and tok[:1].isupper() and not re.match(r"I(?:'|$)", tok)
+                if capital and wanted(w):
+                    run.append(bare)
                     continue
-                if any(n.startswith(w) for n in nick):
-                    continue  # "Mel" for Melanie
-                if w.endswith("'s"):
-                    w = w[:-2]
-                if i > 0 and tok[:1].isupper() and tok != "I" and not tok.startswith("I'"):
-                    named[tok.strip("'-").removesuffix("'s")] += 1
-                elif _is_topic_word(w):
+                if run:
+                    phrase = " ".join(run[:3])
+                    named[phrase.lower()] += 1
+                    shown.setdefault(phrase.lower(), phrase)
+                    run = []
+                if tok and not capital and wanted(w) and _is_topic_word(w):
                     common[w] += 1
     out = [t.lower() for t in tools]
-    out += [n.lower() for n, c in named.most_common(6) if c >= 2 and n.lower() not in skip]
+    out += [shown[n] for n, c in named.most_common(6) if c >= 2]
     out += [w for w, c in common.most_common(12) if c >= 2]
-    return list(dict.fromkeys(out))[:5]
+    taken: set[str] = set()
+    topics = []
+    for t in out:
+        if t.lower() not in taken and len(t) <= TOPIC_CHARS:
+            taken.add(t.lower())
+            taken.update(t.lower().split())
+            topics.append(t)
+    return topics[:5]
 
 
 def _is_topic_word(w: str) -> bool:
