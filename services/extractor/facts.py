@@ -150,6 +150,10 @@ class FactResult:
         return bool(self.stored or self.superseded)
 
 
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def confidence_of(candidate: FactCandidate) -> float:
     if candidate.confidence is not None:
         return float(candidate.confidence)
@@ -182,7 +186,7 @@ async def plan_facts(
             continue
         fact = Fact(
             candidate=c,
-            content=resolve_relative_dates(" ".join(c.content.split()), occurred_at),
+            content=_capital(resolve_relative_dates(" ".join(c.content.split()), occurred_at)),
             confidence=confidence_of(c),
             source_context=redact(c.source_context) if c.source_context else None,
         )

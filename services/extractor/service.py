@@ -14,6 +14,7 @@ Guarantees:
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -281,10 +282,14 @@ def _dated(s: EpisodeSummary, when: datetime) -> EpisodeSummary:
     """Relative dates ("yesterday", "last week") as dates seen from the episode's start."""
     return s.model_copy(
         update={
-            "summary": resolve_relative_dates(s.summary, when),
-            "key_points": [resolve_relative_dates(p, when) for p in s.key_points],
+            "summary": _sentence_case(resolve_relative_dates(s.summary, when)),
+            "key_points": [_sentence_case(resolve_relative_dates(p, when)) for p in s.key_points],
         }
     )
+
+
+def _sentence_case(text: str) -> str:
+    return re.sub(r"(^|[.!?]\s+)([a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
 
 
 def _count_facts(x: Extraction, r: FactResult) -> None:

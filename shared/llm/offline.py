@@ -82,6 +82,8 @@ _UNCHANGED = frozenset(
 went got had was made took saw found felt did bought ran came gave left met began thought
 told said knew wrote won lost sold kept spent built brought taught caught heard held became
 grew drew flew threw wore swam sang rode drove ate fell broke chose forgot understood
+stood sat spoke struck swore tore wept bit hid lit shot slept slid spun stuck swept swung
+woke overcame forgave began rang sank stole wound paid laid lent sent spent dealt meant
 can could will would should might must may shall never always also just often usually
 """.split()
 )
@@ -117,13 +119,21 @@ mean means meant hear heard talk talking talked chat chatting chatted share shar
 image photo picture pic pics glad thanks thank hope hoping hoped wish wishing wished
 feel feels felt glad mind minds moment moments life lives experience experiences
 chance chances step steps journey place places part parts kind kinds lot lots bit
+inspiring inspire inspired together tough difference making wait appreciate around must
+helps help helping stay staying positive negative others other wonder wonders amazing
+keep keeps tho though anyway yeah yep hey awesome seriously literally basically enjoy
+enjoyed enjoying enjoys loves loving lovely doing going getting trying feeling having
+coming working looking thinking taking giving seeing saying telling hearing
+everything anything nothing something sounds sound good great fine okay crazy wild
+since years months weeks hours minutes ago till until whenever lately
 """.split()
 )
 
 VERBS = frozenset(
     """
 take go do get make look think try feel have come work keep say see want need let find put
-bring call ask tell know mean hear talk chat share hope wish give start plan plans
+bring call ask tell know mean hear talk chat share hope wish give start plan plans inspire
+help stay wait appreciate move love enjoy live care manage handle push deal check set
 """.split()
 )
 
@@ -196,7 +206,12 @@ def _verb3(verb: str) -> str:
     v = verb.lower()
     if v in _VERB3:
         return _VERB3[v]
-    if v in _UNCHANGED or (v.endswith("ed") and len(v) > 3) or "'" in v:
+    if (
+        v in _UNCHANGED
+        or (v.endswith("ed") and not v.endswith("eed") and len(v) > 3)
+        or v.endswith(("ook", "ought", "aught", "ew", "ly"))
+        or "'" in v
+    ):
         return verb
     if v.endswith(("s", "sh", "ch", "x", "o")):
         return verb + "es"
@@ -218,7 +233,7 @@ def third_person(text: str, name: str, other: str | None = None) -> str:
     text = re.sub(r"\bI'll\b", f"{name} will", text)
     text = re.sub(r"\bI'd\b", f"{name} would", text)
     text = re.sub(
-        r"\bI ((?:really |also |just |totally |finally |recently |actually |still |even )?)"
+        r"\bI ((?:[a-z]+ly |just |also |still |even |then |now |never |always |often )?)"
         r"([A-Za-z']+)",
         subject_verb,
         text,
@@ -480,7 +495,10 @@ def _topics(lines: Sequence[Line], names: Sequence[str], tools: Sequence[str]) -
 def _is_topic_word(w: str) -> bool:
     if w in NOT_TOPICS or w.endswith(("ly", "ed", "ful", "ous")):
         return False
-    return not (w.endswith("ing") and w[:-3] in VERBS)
+    if w.endswith("ing"):
+        stem = w[:-3]
+        return not ({stem, stem + "e", stem[:-1]} & VERBS)
+    return True
 
 
 def _outcome(transcript: Transcript) -> str:
@@ -510,7 +528,7 @@ _SECOND_OR_PLURAL = re.compile(
     r"us|ourselves)\b"
 )
 _FIRST_LEFT = re.compile(r"\b(I|I'm|I've|I'll|I'd)\b|(?i:\b(me|my|mine|myself)\b)")
-_VAGUE = re.compile(r"(?i)\b(it|they|them|he|she|him|this|these|those|there|stuff|things?)\b")
+_VAGUE = re.compile(r"(?i)\b(it|they|them|he|she|him|her|this|these|those|there|stuff|things?)\b")
 _TIMEISH = re.compile(
     r"(?i)\b(yesterday|today|tomorrow|tonight|last|next|ago|since|(?:jan|feb|mar|apr|may|jun|"
     r"jul|aug|sep|oct|nov|dec)\w*|monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
@@ -567,8 +585,8 @@ def extract_facts(transcript: Transcript) -> list[FactCandidate]:
                 if not is_user:
                     fact = fact.model_copy(update={"subject": speaker, "about": "person"})
                 key = fact.content.lower()
-                if key in seen or not is_statement(fact.content):
-                    continue
+                if key in seen or not is_statement(fact.content) or speaker not in fact.content:
+                    continue  # a statement about a named person, that person being named
                 seen.add(key)
                 found.append(fact)
     found.sort(key=lambda f: -(f.confidence or 0))
@@ -629,7 +647,7 @@ def _statement(s: str, name: str) -> FactCandidate | None:
     confidence += 0.05 * min(named, 2)
     confidence += 0.05 if _TIMEISH.search(s) else 0.0
     confidence += 0.05 if len(cw) >= 4 else 0.0
-    confidence -= 0.1 if _VAGUE.search(s) else 0.0
+    confidence -= 0.15 if _VAGUE.search(s) else 0.0
     confidence -= 0.15 if _HEDGE.search(s) else 0.0
     return _fact(
         name,
@@ -675,7 +693,7 @@ def _facts_in(s: str, name: str) -> list[FactCandidate]:
     hedged = bool(_HEDGE.search(s))
     out: list[FactCandidate] = []
 
-    m = re.search(r"(?i)\bremember (?:that )?(.+)", s)
+    m = re.search(r"(?i)^(?:please )?remember (?:that )?(.+)", s)
     if m:
         body = _clause(m.group(1), 24)
         if len(content_words(body)) >= 2:
