@@ -111,7 +111,8 @@ def attribute_of(content: str) -> tuple[str, str] | None:
     text = " ".join(content.strip().rstrip(".!").split())
     m = _POSSESSIVE.search(text)
     if m:
-        attr = " ".join(m.group("attr").lower().replace("favourite", "favorite").split())
+        attr = m.group("attr").lower().replace("favourite", "favorite").replace("colour", "color")
+        attr = " ".join(attr.split())
         return f"{_who(m.group('who'))}: {attr}", _value(text[m.end() :])
     m = _SCHEDULED.search(text)
     if m:
@@ -138,8 +139,10 @@ _FILLER = frozenset(
 
 
 def _who(text: str) -> str:
+    """Whose attribute: as written, with "", "I", "my" and "the user" all the user."""
     words = re.findall(r"[a-z0-9']+", text.lower())
-    return " ".join(w for w in words if w not in _FILLER and w not in ("now", "currently"))
+    who = " ".join(w for w in words if w not in _FILLER and w not in ("now", "currently"))
+    return "user" if who in ("", "i", "me", "my", "user", "user's") else who
 
 
 def _value(text: str) -> str:
