@@ -220,47 +220,58 @@ def _verb3(verb: str) -> str:
     return verb + "s"
 
 
+_FIRST = re.compile(
+    r"\b(?P<be>I'm|I am)\b|\b(?P<have>I've)\b|\b(?P<will>I'll)\b|\b(?P<would>I'd)\b"
+    r"|\bI (?P<adverb>(?:[a-z]+ly |just |also |still |even |then |now |never |always |often )?)"
+    r"(?P<verb>[A-Za-z']+)"
+    r"|(?i:\b(?P<my>my|mine)\b)|(?i:\b(?P<myself>myself)\b)|(?i:(?<![\w-])(?P<me>me)(?![\w-]))"
+)
+_SECOND = re.compile(
+    r"(?i)\b(?:(?P<we_are>we're|we are)|(?P<we_have>we've)|(?P<we>we)|(?P<our>our)|(?P<us>us)"
+    r"|(?P<you_are>you're|you are)|(?P<you_were>you were)|(?P<you_have>you've)"
+    r"|(?P<you_will>you'll)|(?P<you_would>you'd)|(?P<yourself>yourself)"
+    r"|(?P<your>yours?)(?=\s|$|[.,!;])|(?P<you>you))\b"
+)
+
+
 def third_person(text: str, name: str, other: str | None = None) -> str:
     """Rewrite a first-person clause of ``name`` in the third person ("I like X" ->
     "Tim likes X"); with ``other``, "you" becomes that person and "we" both of them."""
 
-    def subject_verb(m: re.Match[str]) -> str:
-        adverb, verb = m.group(1) or "", m.group(2)
-        return f"{name} {adverb}{_verb3(verb)}"
+    def first(m: re.Match[str]) -> str:
+        g = m.lastgroup
+        if g == "verb":
+            return f"{name} {m.group('adverb') or ''}{_verb3(m.group('verb'))}"
+        return {
+            "be": f"{name} is",
+            "have": f"{name} has",
+            "will": f"{name} will",
+            "would": f"{name} would",
+            "my": f"{name}'s",
+            "myself": "themself",
+            "me": name,
+        }.get(g or "", m.group(0))
 
-    text = re.sub(r"\bI'm\b|\bI am\b", f"{name} is", text)
-    text = re.sub(r"\bI've\b", f"{name} has", text)
-    text = re.sub(r"\bI'll\b", f"{name} will", text)
-    text = re.sub(r"\bI'd\b", f"{name} would", text)
-    text = re.sub(
-        r"\bI ((?:[a-z]+ly |just |also |still |even |then |now |never |always |often )?)"
-        r"([A-Za-z']+)",
-        subject_verb,
-        text,
-    )
-    text = re.sub(r"(?i)\b(?:my|mine)\b", f"{name}'s", text)
-    text = re.sub(r"(?i)\bmyself\b", "themself", text)
-    text = re.sub(r"(?i)(?<![\w-])me(?![\w-])", name, text)
-    if other:
-        both = f"{name} and {other}"
-        text = re.sub(r"(?i)\bwe(?:'re| are)\b", f"{both} are", text)
-        text = re.sub(r"(?i)\bwe've\b", f"{both} have", text)
-        text = re.sub(r"(?i)\bwe\b", both, text)
-        text = re.sub(r"(?i)\bour\b", "their", text)
-        text = re.sub(r"(?i)\bus\b", "them", text)
-        text = re.sub(r"(?i)\byou(?:'re| are)\b", f"{other} is", text)
-        text = re.sub(r"(?i)\byou were\b", f"{other} was", text)
-        text = re.sub(r"(?i)\byou've\b", f"{other} has", text)
-        text = re.sub(r"(?i)\byou'll\b", f"{other} will", text)
-        text = re.sub(r"(?i)\byou'd\b", f"{other} would", text)
-        text = re.sub(
-            r"(?i)\byours?\b(?=\s|$|[.,!;])",
-            lambda m: f"{other}'s" if m.group(0).lower().startswith("your") else other,
-            text,
-        )
-        text = re.sub(r"(?i)\byourself\b", other, text)
-        text = re.sub(r"(?i)\byou\b", other, text)
-    return text
+    text = _FIRST.sub(first, text)
+    if not other:
+        return text
+    both = f"{name} and {other}"
+    second = {
+        "we_are": f"{both} are",
+        "we_have": f"{both} have",
+        "we": both,
+        "our": "their",
+        "us": "them",
+        "you_are": f"{other} is",
+        "you_were": f"{other} was",
+        "you_have": f"{other} has",
+        "you_will": f"{other} will",
+        "you_would": f"{other} would",
+        "yourself": other,
+        "your": f"{other}'s",
+        "you": other,
+    }
+    return _SECOND.sub(lambda m: second.get(m.lastgroup or "", m.group(0)), text)
 
 
 def reported(sentence: str, speaker: str, other: str | None) -> str:
@@ -331,7 +342,7 @@ def summarize(transcript: Transcript) -> EpisodeSummary:
             topics=topics[:3],
         )
     freq = Counter(w for ln in lines for w in content_words(_head(ln.text)))
-    scored: list[tuple[float, int, str]] = []
+    scored: list[tuple[float, int, str, str, str | None]] = []
     seen: set[str] = set()
     position = 0
     for ln in lines:
@@ -353,8 +364,10 @@ def summarize(transcript: Transcript) -> EpisodeSummary:
             seen.add(s.lower())
             score = sum(freq[w] for w in set(cw)) / (len(words(s)) ** 0.5)
             score *= 1.5 if _FIRST_PERSON.match(s) else 1.0
-            scored.append((score, position, reported(s, _speaker(ln), other)))
-    ranked = sorted(scored, key=lambda x: (-x[0], x[1]))
+            scored.append((score, position, s, _speaker(ln), other))
+    # only the best sentences are rewritten (the rewrite is the costly part)
+    best = sorted(scored, key=lambda x: (-x[0], x[1]))[:40]
+    ranked = [(score, pos, reported(s, who, other)) for score, pos, s, who, other in best]
     intro = _intro(names, topics, tools)
     budget = SUMMARY_WORDS - len(intro.split())
     chosen: list[tuple[float, int, str]] = []
