@@ -230,7 +230,7 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
         dim=x.dim,
     )
 
-    for fact, _ in [*((f, "") for f in plan.store), *plan.review]:
+    for fact in plan.store:  # each fact is linked to the message it was learned from
         line = transcript.source_of(fact.source_context)
         fact.source_message_id = line.message_id if line else None
 
