@@ -35,6 +35,9 @@ from collections.abc import Awaitable, Callable
 
 from shared.db import Conn, audit
 
+AUDIT_ENTITY = "memory"
+"""The audit log's ``entity`` for every change to a ``memory_items`` row (the one name)."""
+
 THRESHOLD = 0.75
 ASK_MODEL = 0.80  # Nous's band: a model is asked only about pairs this similar
 
@@ -253,7 +256,7 @@ async def check_supersession(
                 user_id=user_id,
                 actor=actor,
                 action="supersede",
-                entity="memory",
+                entity=AUDIT_ENTITY,
                 entity_id=str(old),
                 details={"superseded_by": str(winner), "similarity": round(sims.get(old, 0.0), 4)},
             )
