@@ -177,7 +177,8 @@ TWO_PEOPLE = [
     ("Melanie", "Hey Caroline, long time no talk! How have you been?"),
     ("Caroline", "Hi Mel! I went to a LGBTQ support group yesterday and it was so powerful."),
     ("Melanie", "Wow, I'm so proud of you! I ran a charity race for mental health last Saturday."),
-    ("Caroline", "That's great! " + "Adoption paperwork " * 200_000),  # ~3.8 MB
+    # the longest turn the events contract takes (100,000 characters)
+    ("Caroline", ("That's great! " + "Adoption paperwork " * 6_000)[:100_000]),
     ("Melanie", "Yes! I painted a lake sunrise last year. Painting helps me relax after work."),
     ("Caroline", "I love that you chose painting. My goal is to give kids a loving home."),
 ]
@@ -187,8 +188,9 @@ async def test_a_session_past_every_limit_between_two_people(
     make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any, user_id: str
 ) -> None:
     """Two named people (the other one as the assistant role, as a chat platform
-    publishes them), one turn of 3.8 MB: a valid summary within its limits (no dead
-    letter, no extraction error), facts about both, each linked to its message."""
+    publishes them), one turn of 100,000 characters: a valid summary within its limits
+    (no dead letter, no extraction error), facts about both, each linked to its message.
+    (Longer texts: test_offline's 5 MB turn.)"""
     import uuid
     from datetime import timedelta
 
@@ -214,7 +216,7 @@ async def test_a_session_past_every_limit_between_two_people(
         for i, (who, text) in enumerate(TWO_PEOPLE)
     ]
     async with running(ingest_app(ingest)), running(extractor_app(settings)):
-        for e in events:  # one entry each: a 3.8 MB turn is its own stream entry
+        for e in events:  # one entry each: the long turn is its own stream entry
             await publisher.publish("turns", [e])
         await wait_for(lambda: _turns_stored(pool, user_id, len(TWO_PEOPLE)))
         await publisher.publish(

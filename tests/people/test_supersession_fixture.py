@@ -1,28 +1,29 @@
 """The supersession rule on a labelled fixture: real PostgreSQL, the real local model.
 
-Each pair is stored for a user of its own (older first, both embedded with
-all-MiniLM-L6-v2), then the newer one is checked. Reports precision and recall
-of the rule next to Ash's rule alone (similarity >= 0.75), measured on the same
-vectors in the same run.
+Each pair is stored for a user of its own through the one writer (older first,
+both embedded inline with all-MiniLM-L6-v2, which runs the supersession check).
+Reports precision and recall of the rule next to Ash's rule alone (similarity
+>= 0.75), measured on the same vectors in the same run.
 """
 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 
 from shared.memory.supersession import THRESHOLD, check_supersession
+from shared.memory.writer import NewItem, insert_items
 from tests.people.supersession_pairs import PAIRS
 
-INSERT = """
-INSERT INTO memory_items (user_id, type, content, embedding, embedding_state, embedding_model,
-                          embedding_provider, embedding_dims, embedded_at, created_at)
-VALUES ($1, 'fact', $2, $3, 'ready', $4, 'local', 384, now(), $5)
-RETURNING id
-"""
+
+async def _store(pool, user: str, content: str, vector, model: str) -> tuple[uuid.UUID, list]:
+    """Through the one writer, embedded inline: it runs the supersession check."""
+    item = NewItem(type="fact", content=content, vector=vector, embedded_by=("local", model))
+    async with pool.acquire() as conn:
+        [written] = (await insert_items(conn, user, [item], actor="test")).items
+    return written.id, list(written.superseded)
 
 
 def _scores(predicted: list[bool], truth: list[bool]) -> tuple[float, float]:
@@ -40,16 +41,12 @@ async def test_supersession_means_contradiction(pool, local_model, capsys) -> No
     ash: list[bool] = []
     truth: list[bool] = []
     wrong: list[str] = []
-    t0 = datetime(2024, 1, 1, tzinfo=UTC)
     for older, newer, contradicts in PAIRS:
         user = f"pair-{uuid.uuid4().hex[:10]}"
-        await pool.execute("INSERT INTO users (id) VALUES ($1)", user)
-        old_id = await pool.fetchval(INSERT, user, older, vectors[older], local_model.model, t0)
-        new_id = await pool.fetchval(
-            INSERT, user, newer, vectors[newer], local_model.model, t0 + timedelta(minutes=1)
-        )
+        old_id, _ = await _store(pool, user, older, vectors[older], local_model.model)
+        new_id, marked = await _store(pool, user, newer, vectors[newer], local_model.model)
         async with pool.acquire() as conn:
-            marked = await check_supersession(conn, new_id)
+            assert await check_supersession(conn, new_id) == []  # idempotent
         assert set(marked) <= {old_id}
         superseded = marked == [old_id]
         if superseded:
@@ -90,10 +87,14 @@ async def test_different_subjects_never_conflict_even_on_one_attribute(
         "INSERT INTO people (user_id, name) VALUES ($1, 'Sam') RETURNING id", user
     )
     a, b = await local_model.embed([older, newer])
-    await pool.fetchval(INSERT, user, older, a, local_model.model, datetime(2024, 1, 1, tzinfo=UTC))
-    new_id = await pool.fetchval(
-        INSERT, user, newer, b, local_model.model, datetime(2024, 1, 2, tzinfo=UTC)
+    await _store(pool, user, older, a, local_model.model)
+    item = NewItem(
+        type="fact",
+        content=newer,
+        vector=b,
+        embedded_by=("local", local_model.model),
+        subjects=[person],
     )
-    await pool.execute("UPDATE memory_items SET subjects = $2 WHERE id = $1", new_id, [person])
     async with pool.acquire() as conn:
-        assert await check_supersession(conn, new_id) == []
+        [written] = (await insert_items(conn, user, [item], actor="test")).items
+    assert written.superseded == ()
