@@ -24,7 +24,7 @@ from pydantic import TypeAdapter
 from shared.db import create_pool
 from shared.metrics import ServiceMetrics
 from shared.settings import CommonSettings
-from shared.streams import Handler, Publisher, StreamConsumer
+from shared.streams import FailurePolicy, Handler, Publisher, StreamConsumer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -78,8 +78,13 @@ class Runtime:
         batch: int | None = None,
         readers: int = 1,
         linger_ms: int = 0,
+        policy: FailurePolicy | None = None,
     ) -> StreamConsumer[T]:
         """Register a consumer group reader for ``stream`` (a logical name, e.g. ``turns``).
+
+        ``policy`` says how failures are treated (outage / data / refused, and
+        ``max_attempts``; see :class:`~shared.streams.FailurePolicy`); each service
+        declares it where it wires the consumer.
 
         ``readers`` > 1 keeps that many batches in flight in this process (each
         reader is its own consumer in the group), so database round trips overlap.
@@ -97,9 +102,15 @@ class Runtime:
             batch=batch,
             readers=readers,
             linger_ms=linger_ms,
+            policy=policy,
         )
         consumer.register(self.broker)
         self.consumers.append(consumer)
+
+        async def reclaim() -> None:
+            await consumer.reclaim()
+
+        self.every(consumer.reclaim_interval_s, reclaim)
         return consumer
 
     def every(self, seconds: float, job: Callable[[], Awaitable[None]]) -> None:
