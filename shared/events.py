@@ -17,6 +17,7 @@ bytes dropped), a time outside 1900-2199, a text or JSON value over its size cap
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -68,6 +69,8 @@ def _check_value(name: str, value: Any) -> None:
                 stack.append((f"{where}.{key[:40]}", item))
         elif isinstance(v, list | tuple):
             stack.extend((f"{where}[{i}]", item) for i, item in enumerate(v))
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{where} is {v} (JSON in PostgreSQL holds finite numbers only)")
     if isinstance(value, dict | list) or (name == "tool_result" and value is not None):
         size = len(json.dumps(value, default=str))
         if size > MAX_JSON_CHARS:

@@ -3,13 +3,16 @@
 
 What an HTTP answer or failure means, in one table (:data:`STATUS`):
 
-| answer | within the call | after the last try |
-|---|---|---|
-| 2xx | returned | - |
-| timeout, connection refused/reset | retried with backoff | ``ProviderUnavailable`` (an outage) |
-| 429, 502, 503, 504 | retried with backoff, ``Retry-After`` honoured (capped) | ``ProviderUnavailable`` |
-| 500 and other 5xx | retried with backoff | ``ProviderError`` (the provider keeps refusing this input) |
-| 4xx other than 429 | not retried | ``ProviderError`` (a bad key, model or request) |
+| answer                         | within the call        | after the last try      |
+|--------------------------------|------------------------|-------------------------|
+| 2xx                            | returned               | -                       |
+| timeout, refused/reset         | retried with backoff   | ``ProviderUnavailable`` |
+| 429, 502, 503, 504             | retried, Retry-After   | ``ProviderUnavailable`` |
+| 500 and other 5xx              | retried with backoff   | ``ProviderError``       |
+| 4xx other than 429             | not retried            | ``ProviderError``       |
+
+(``Retry-After`` is honoured up to ``max_backoff_s``. A 500 that keeps coming means
+the provider keeps refusing this input; another 4xx is a bad key, model or request.)
 
 ``ProviderUnavailable`` is retryable: stream consumers wait and try again without
 counting it against ``max_attempts``. ``ProviderError`` is permanent: consumers count

@@ -336,7 +336,9 @@ class StreamConsumer(Generic[T]):
                 removed.append(name)
         if removed:
             self.metrics.consumers_removed.labels(self.stream_name).inc(len(removed))
-            log.info("%s: removed %d idle consumer(s) from %s", self.stream, len(removed), self.group)
+            log.info(
+                "%s: removed %d idle consumer(s) from %s", self.stream, len(removed), self.group
+            )
         return removed
 
     async def process(
@@ -635,7 +637,7 @@ async def stream_state(r: aioredis.Redis, stream: str) -> StreamState | None:
             elif reported is not None and int(reported) > 0:
                 lag = int(reported)
             else:
-                lag = len(await r.xrange(stream, min=f"({last}", max="+", count=100_000))
+                lag = len(await r.xrange(stream, min=f"({last}", max="+", count=100_000) or [])
         state.groups[name] = GroupState(name, pending, lag, last, oldest)
     return state
 

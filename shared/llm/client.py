@@ -28,7 +28,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ValidationError
 
-from shared.errors import InvalidModelOutput, ProviderError, ProviderUnavailable
+from shared.errors import InvalidModelOutput, ProviderError
 from shared.llm.settings import LLMSettings
 from shared.provider_http import RetryPolicy, post_with_retry
 
