@@ -7,7 +7,7 @@ import argparse
 import io
 import json
 
-from shared.cli.publish import publish_stream, run
+from engram_cli.publish import publish_stream, run
 from tests.ingest.helpers import dead_entries
 
 GOOD = {"user_id": "u1", "provider": "cli", "chat_id": "c1", "role": "user", "content": "hi"}

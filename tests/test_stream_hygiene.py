@@ -12,9 +12,9 @@ from typing import Any
 import asyncpg
 import redis.asyncio as aioredis
 
+from engram_cli.embedded import EmbeddedRedis, free_port
 from services.ingest.app import create_app as ingest_app
 from services.ingest.settings import IngestSettings
-from shared.embedded import EmbeddedRedis, free_port
 from shared.events import TurnReceived, encode, turn_adapter
 from shared.runtime import Runtime
 from shared.streams import EVENT_FIELD, Publisher, stream_state

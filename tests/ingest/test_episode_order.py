@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 
 import redis.asyncio as aioredis
 
+from engram_cli.publish import publish_stream
 from services.extractor.app import create_app as extractor_app
 from services.extractor.settings import ExtractorSettings
 from services.ingest.app import create_app as ingest_app
 from services.ingest.settings import IngestSettings
-from shared.cli.publish import publish_stream
 from shared.events import EpisodeClosed, TurnReceived, encode
 from shared.streams import EVENT_FIELD, Publisher
 from tests.ingest.helpers import T0, message_count, turn
