@@ -3,10 +3,11 @@
 10,000 turns (200 users x 5 chats), alone ("clean") or with 10 poison entries
 mixed in ("poison": a NUL byte in display_name, metadata, chat_id or tool_args,
 NaN in metadata, the years 0001 and 9999; what PostgreSQL refuses). Timed from the
-first XADD until every good turn is committed and every poison entry is in the
-dead-letter stream. The ingest service runs as its own process; with ``--old PATH``
-(a checkout of the code before this change) its ingest runs the same cases in the
-same run, alternated, so the ratios are side by side.
+first XADD until every good turn is committed (the throughput), and until every
+poison entry is in the dead-letter stream too (settled). The ingest service runs
+as its own process; with ``--old PATH`` (a checkout of the code before this
+change) its ingest runs the same cases in the same run, alternated, so the ratios
+are side by side.
 
     python -m bench.poison [--turns 10000] [--rounds 2] [--old /path/to/old/checkout]
 """
@@ -74,7 +75,8 @@ def poison(run: str) -> list[bytes]:
 
 async def one_run(
     settings: CommonSettings, code: Path, *, n: int, with_poison: bool, label: str
-) -> float:
+) -> tuple[float, float]:
+    """Seconds until every good turn is stored, and until the poison is dead-lettered."""
     run = f"p{uuid.uuid4().hex[:6]}"
     prefix = f"{label}-{run}:"
     redis = aioredis.from_url(settings.require_redis_url())
@@ -106,6 +108,7 @@ async def one_run(
             payloads.insert((k + 1) * step + k, p)
         key = f"{prefix}turns"
         started = time.perf_counter()
+        stored_s: float | None = None
         for i in range(0, len(payloads), 2000):
             pipe = redis.pipeline(transaction=False)
             for p in payloads[i : i + 2000]:
@@ -116,12 +119,15 @@ async def one_run(
                 "SELECT count(*) FROM messages WHERE user_id LIKE $1", f"{run}-%"
             )
             dead = await redis.xlen(f"{prefix}dead")
+            if stored >= n and stored_s is None:
+                stored_s = time.perf_counter() - started
             if stored >= n and dead >= len(bad):
                 break
             if time.perf_counter() - started > 600:
                 raise RuntimeError(f"{label}: {stored} stored, {dead} dead after 600 s")
             await asyncio.sleep(0.05)
-        return time.perf_counter() - started
+        assert stored_s is not None
+        return stored_s, time.perf_counter() - started
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -139,27 +145,32 @@ def main() -> None:
     ap.add_argument("--old", type=Path, default=None, help="checkout of the old code")
     args = ap.parse_args()
     codes = [("new", ROOT)] + ([("old", args.old.resolve())] if args.old else [])
-    times: dict[tuple[str, str], list[float]] = {}
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with bench_stack("poison") as settings:
         for r in range(args.rounds):
             for name, code in codes:
                 for case in ("clean", "poison"):
-                    s = asyncio.run(
+                    t = asyncio.run(
                         one_run(
                             settings, code, n=args.turns, with_poison=case == "poison", label=name
                         )
                     )
-                    times.setdefault((name, case), []).append(s)
-                    print(f"round {r + 1}: {name} {case}: {s:.2f} s", file=sys.stderr)
+                    times.setdefault((name, case), []).append(t)
+                    print(
+                        f"round {r + 1}: {name} {case}: stored {t[0]:.2f} s, settled {t[1]:.2f} s",
+                        file=sys.stderr,
+                    )
     rows = []
     result: dict[str, Any] = {"turns": args.turns, "poison_entries": 10, "rounds": args.rounds}
     for name, _ in codes:
-        clean = min(times[(name, "clean")])
-        bad = min(times[(name, "poison")])
+        clean = min(t[0] for t in times[(name, "clean")])
+        bad = min(t[0] for t in times[(name, "poison")])
+        settled = min(t[1] for t in times[(name, "poison")])
         ratio = clean / bad
         result[name] = {
             "clean_s": round(clean, 2),
             "poison_s": round(bad, 2),
+            "poison_settled_s": round(settled, 2),
             "clean_turns_per_s": round(args.turns / clean),
             "poison_turns_per_s": round(args.turns / bad),
             "ratio": round(ratio, 3),
@@ -172,13 +183,22 @@ def main() -> None:
                 f"{args.turns / clean:,.0f}",
                 f"{args.turns / bad:,.0f}",
                 f"{ratio:.2f}",
+                f"{settled:.2f}",
             )
         )
     path = write_result("poison", result)
     print(
         table(
             rows,
-            ("code", "clean s", "poison s", "clean turns/s", "poison turns/s", "poison/clean"),
+            (
+                "code",
+                "clean s",
+                "poison s",
+                "clean turns/s",
+                "poison turns/s",
+                "poison/clean",
+                "poison dead-lettered s",
+            ),
         )
     )
     print(f"target: poison/clean >= 0.8   → {path}")
