@@ -214,7 +214,7 @@ async def test_twenty_sessions_published_in_one_go_all_get_summaries_with_their_
 
     async with (
         running(ingest_app(ingest)),
-        running(extractor_app(extractor, embedder_for=no_embedder)),
+        running(extractor_app(extractor, embedder_for=no_embedder)) as client,
     ):
         started = time.monotonic()
         await Publisher(redis, ingest).publish("turns", events)
@@ -230,6 +230,18 @@ async def test_twenty_sessions_published_in_one_go_all_get_summaries_with_their_
 
         rows = await wait_for(summarised, timeout=60, interval=0.25, message="20 summaries")
         took = time.monotonic() - started
+
+        async def gauges_settled() -> str | None:
+            text = (await client.get("/metrics")).text
+            return text if "engram_extract_waiting_episodes 0.0" in text else None
+
+        metrics = await wait_for(gauges_settled, timeout=15, message="nothing waiting")
+    count = next(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("engram_extract_close_to_summary_seconds_count")
+    )
+    assert count >= 20
     assert took < 60
     for (first, last), r in zip(sessions, rows, strict=True):
         assert r["status"] == "closed"
