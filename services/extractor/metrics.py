@@ -26,7 +26,7 @@ class ExtractorMetrics:
             registry=registry,
         )
         self.waiting = Gauge(
-            "engram_extract_waiting_episodes",
+            "engram_extract_backlog_episodes",
             "Closed episodes waiting for extraction (closed or given late turns since)",
             registry=registry,
         )

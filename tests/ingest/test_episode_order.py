@@ -233,7 +233,7 @@ async def test_twenty_sessions_published_in_one_go_all_get_summaries_with_their_
 
         async def gauges_settled() -> str | None:
             text = (await client.get("/metrics")).text
-            return text if "engram_extract_waiting_episodes 0.0" in text else None
+            return text if "engram_extract_backlog_episodes 0.0" in text else None
 
         metrics = await wait_for(gauges_settled, timeout=15, message="nothing waiting")
     count = next(
