@@ -3,13 +3,13 @@
 10,000 turns (200 users x 5 chats), alone ("clean") or with 10 poison entries
 mixed in ("poison": a NUL byte in display_name, metadata, chat_id or tool_args,
 NaN in metadata, the years 0001 and 9999; what PostgreSQL refuses). Timed from the
-first XADD until every good turn is committed (the throughput), and until every
-poison entry is in the dead-letter stream too (settled). The ingest service runs
-as its own process; with ``--old PATH`` (a checkout of the code before this
+first XADD until every entry is resolved: stored, or in the dead-letter stream
+(the old code dead-lettered some good turns beside the poison: they are counted).
+The ingest service runs as its own process; with ``--old PATH`` (a checkout of the code before this
 change) its ingest runs the same cases in the same run, alternated, so the ratios
 are side by side.
 
-    python -m bench.poison [--turns 10000] [--rounds 2] [--old /path/to/old/checkout]
+    python -m bench.poison [--turns 10000] [--rounds 3] [--old /path/to/old/checkout]
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def poison(run: str) -> list[bytes]:
 
 async def one_run(
     settings: CommonSettings, code: Path, *, n: int, with_poison: bool, label: str
-) -> tuple[float, float]:
-    """Seconds until every good turn is stored, and until the poison is dead-lettered."""
+) -> tuple[float, int]:
+    """Seconds until every entry is stored or dead-lettered; good turns lost."""
     run = f"p{uuid.uuid4().hex[:6]}"
     prefix = f"{label}-{run}:"
     redis = aioredis.from_url(settings.require_redis_url())
@@ -108,7 +108,6 @@ async def one_run(
             payloads.insert((k + 1) * step + k, p)
         key = f"{prefix}turns"
         started = time.perf_counter()
-        stored_s: float | None = None
         for i in range(0, len(payloads), 2000):
             pipe = redis.pipeline(transaction=False)
             for p in payloads[i : i + 2000]:
@@ -119,15 +118,12 @@ async def one_run(
                 "SELECT count(*) FROM messages WHERE user_id LIKE $1", f"{run}-%"
             )
             dead = await redis.xlen(f"{prefix}dead")
-            if stored >= n and stored_s is None:
-                stored_s = time.perf_counter() - started
-            if stored >= n and dead >= len(bad):
+            if stored + dead >= n + len(bad) and dead >= len(bad):
                 break
             if time.perf_counter() - started > 600:
                 raise RuntimeError(f"{label}: {stored} stored, {dead} dead after 600 s")
             await asyncio.sleep(0.05)
-        assert stored_s is not None
-        return stored_s, time.perf_counter() - started
+        return time.perf_counter() - started, n - stored
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -143,12 +139,15 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--old", type=Path, default=None, help="checkout of the old code")
+    ap.add_argument("--old-rounds", type=int, default=1, help="rounds of the (slow) old code")
     args = ap.parse_args()
     codes = [("new", ROOT)] + ([("old", args.old.resolve())] if args.old else [])
-    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    times: dict[tuple[str, str], list[tuple[float, int]]] = {}
     with bench_stack("poison") as settings:
         for r in range(args.rounds):
             for name, code in codes:
+                if name == "old" and r >= args.old_rounds:
+                    continue
                 for case in ("clean", "poison"):
                     t = asyncio.run(
                         one_run(
@@ -157,7 +156,7 @@ def main() -> None:
                     )
                     times.setdefault((name, case), []).append(t)
                     print(
-                        f"round {r + 1}: {name} {case}: stored {t[0]:.2f} s, settled {t[1]:.2f} s",
+                        f"round {r + 1}: {name} {case}: {t[0]:.2f} s, {t[1]} good turns lost",
                         file=sys.stderr,
                     )
     rows = []
@@ -165,12 +164,12 @@ def main() -> None:
     for name, _ in codes:
         clean = min(t[0] for t in times[(name, "clean")])
         bad = min(t[0] for t in times[(name, "poison")])
-        settled = min(t[1] for t in times[(name, "poison")])
+        lost = max(t[1] for t in times[(name, "poison")])
         ratio = clean / bad
         result[name] = {
             "clean_s": round(clean, 2),
             "poison_s": round(bad, 2),
-            "poison_settled_s": round(settled, 2),
+            "good_turns_lost": lost,
             "clean_turns_per_s": round(args.turns / clean),
             "poison_turns_per_s": round(args.turns / bad),
             "ratio": round(ratio, 3),
@@ -183,7 +182,7 @@ def main() -> None:
                 f"{args.turns / clean:,.0f}",
                 f"{args.turns / bad:,.0f}",
                 f"{ratio:.2f}",
-                f"{settled:.2f}",
+                str(lost),
             )
         )
     path = write_result("poison", result)
@@ -197,7 +196,7 @@ def main() -> None:
                 "clean turns/s",
                 "poison turns/s",
                 "poison/clean",
-                "poison dead-lettered s",
+                "good turns lost",
             ),
         )
     )
