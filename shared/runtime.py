@@ -53,6 +53,7 @@ class Runtime:
         self._pool: asyncpg.Pool | None = None
         self._redis: aioredis.Redis | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -117,18 +118,24 @@ class Runtime:
         """Run ``job`` periodically while the service runs; failures are logged, not fatal."""
 
         async def loop() -> None:
-            while True:
+            while not self._stopping:
                 try:
                     await job()
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # noqa: BLE001 - a periodic job must not kill the service
                     log.exception("%s: periodic job %s failed", self.service, job)
+                # A cancellation that arrived inside a client library and was swallowed
+                # there still ends the loop (stop() would otherwise wait on it forever).
+                task = asyncio.current_task()
+                if self._stopping or (task is not None and task.cancelling()):
+                    return
                 await asyncio.sleep(seconds)
 
         self.background.append(loop)
 
     async def start(self) -> None:
+        self._stopping = False
         s = self.settings
         self._pool = await create_pool(
             s.require_database_url(), min_size=s.db_pool_min, max_size=s.db_pool_max
@@ -144,6 +151,7 @@ class Runtime:
         self._tasks = [asyncio.create_task(job()) for job in self.background]
 
     async def stop(self) -> None:
+        self._stopping = True
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
