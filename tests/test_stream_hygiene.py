@@ -175,7 +175,7 @@ async def test_a_dead_consumers_entries_are_reclaimed_in_batches_and_it_is_forgo
         await rt.stop()
     assert sum(batches) == 500
     assert max(batches) == 200 and len(batches) <= 4, batches
-    assert took < 10, took  # was one entry per transaction, ~25 entries/s
+    assert took < 15, took  # was one entry per transaction: ~25 entries/s, 20 s for 500
     assert rt.metrics.reclaimed.labels("turns")._value.get() == 500
     assert rt.metrics.consumers_removed.labels("turns")._value.get() >= 1
 
