@@ -31,8 +31,8 @@ EmbedReason = Literal["new", "rebuild", "backfill", "retry"]
 
 EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)
-MAX_TEXT_CHARS = 1_000_000
-"""A turn's ``content`` (and any other text) is at most this long."""
+MAX_TURN_CHARS = 100_000
+"""The longest turn content ingest takes; a longer one is dead-lettered with the reason."""
 MAX_JSON_CHARS = 256_000
 """``metadata``, ``tool_args``, ``tool_result`` are at most this long as JSON."""
 
@@ -75,8 +75,8 @@ def _check_value(name: str, value: Any) -> None:
         size = len(json.dumps(value, default=str))
         if size > MAX_JSON_CHARS:
             raise ValueError(f"{name} is {size:,} characters as JSON; at most {MAX_JSON_CHARS:,}")
-    elif isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
-        raise ValueError(f"{name} is {len(value):,} characters; at most {MAX_TEXT_CHARS:,}")
+    elif isinstance(value, str) and len(value) > MAX_TURN_CHARS:
+        raise ValueError(f"{name} is {len(value):,} characters; at most {MAX_TURN_CHARS:,}")
 
 
 class Event(BaseModel):
@@ -118,7 +118,7 @@ class TurnReceived(Event):
     chat_id: Annotated[str, Field(min_length=1, max_length=200)]
     episode_id: uuid.UUID | None = None
     role: Role
-    content: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] = ""
+    content: Annotated[str, Field(max_length=MAX_TURN_CHARS)] = ""
     tool_name: Annotated[str, Field(max_length=200)] | None = None
     tool_args: dict[str, Any] | list[Any] | None = None
     tool_result: Any = None

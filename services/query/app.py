@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from fastapi import FastAPI, Request, Response
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from prometheus_client import Histogram
 
-from services.query import rpc
+from services.query import edges, rpc
 from services.query.context.tools import HintCache
 from services.query.embedding import Resolver, default_resolver, embed_query
+from services.query.mcp.http import mount as mount_mcp
 from services.query.routes import routers
 from services.query.settings import QuerySettings
 from services.query.state import QueryState
@@ -40,7 +40,8 @@ def create_app(
     register_supersession(rt)
     state = QueryState.build(settings, resolver, rt.metrics.registry)
     rpc.register(rt, state)
-    app = FastAPI(
+    # Swagger UI and ReDoc from the service's own files: /docs works offline
+    app = FastAPIOffline(
         title="engram",
         summary="Long-term memory for chat assistants and AI agents",
         version="1",
@@ -55,6 +56,8 @@ def create_app(
         app.include_router(router)
     _install_error_handlers(app)
     _install_metrics(app, rt)
+    mount_mcp(app, rt, max_body_bytes=settings.max_request_bytes)
+    edges.install(app, max_request_bytes=settings.max_request_bytes)
     return app
 
 
@@ -92,22 +95,6 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def other(request: Request, exc: EngramError) -> JSONResponse:
         return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status_code=400)
 
-    @app.exception_handler(RequestValidationError)
-    async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        parts = []
-        for err in exc.errors()[:10]:
-            loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-            parts.append(f"{loc}: {err.get('msg')}")
-        return JSONResponse(
-            {
-                "error": "invalid_request",
-                "detail": "; ".join(parts),
-                # a validator's error carries its exception in ctx: make it text
-                "errors": jsonable_encoder(exc.errors()[:10], custom_encoder={Exception: str}),
-            },
-            status_code=422,
-        )
-
 
 def _install_metrics(app: FastAPI, rt: Runtime) -> None:
     latency = Histogram(
@@ -132,7 +119,7 @@ def _install_metrics(app: FastAPI, rt: Runtime) -> None:
         return response
 
 
-def route_label(scope: dict[str, object]) -> str:
+def route_label(scope: Mapping[str, object]) -> str:
     """The matched route's template with the prefix of the routers it was included under
     (``/ui/memories/{item_id}``): FastAPI puts the inner route in the scope, whose path
     lacks a prefix given to ``include_router``; prefixes are literal segments, so they are
