@@ -511,11 +511,64 @@ SET status = 'closed', closed_at = $2, closed_by = 'event', extract_due = true,
 WHERE id = $1
 """
 
+# Turns of a later session that joined the episode before its close was handled
+# (the close came after them) move to an episode of their own.
+SPLIT_LATER = """
+WITH moved AS (
+    UPDATE messages SET episode_id = $3
+    WHERE episode_id = $1 AND occurred_at > $2
+    RETURNING occurred_at
+)
+SELECT count(*) AS n, min(occurred_at) AS first_at, max(occurred_at) AS last_at FROM moved
+"""
+
 KEEP_CLOSE = """
 INSERT INTO episode_closes (event_id, user_id, provider, chat_id, episode_id, closed_at)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (event_id) DO NOTHING
 """
+
+
+async def _split_after(conn: Conn, episode_id: uuid.UUID, closed_at: datetime) -> None:
+    """Move the turns later than the close out of the episode it closed, into a new
+    open episode of the same chat (the next session)."""
+    new_id = uuid.uuid4()
+    ep = await conn.fetchrow(
+        "SELECT user_id, display_name, provider, chat_id FROM episodes WHERE id = $1", episode_id
+    )
+    if ep is None:
+        return
+    await conn.execute(
+        """INSERT INTO episodes (id, user_id, display_name, provider, chat_id, started_at,
+                                 last_active_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $6)""",
+        new_id,
+        ep["user_id"],
+        ep["display_name"],
+        ep["provider"],
+        ep["chat_id"],
+        closed_at,
+    )
+    moved = await conn.fetchrow(SPLIT_LATER, episode_id, closed_at, new_id)
+    if moved is None or not moved["n"]:
+        await conn.execute("DELETE FROM episodes WHERE id = $1", new_id)
+        return
+    await conn.execute(
+        "UPDATE episodes SET started_at = $2, last_active_at = $3, turn_count = $4 WHERE id = $1",
+        new_id,
+        moved["first_at"],
+        moved["last_at"],
+        moved["n"],
+    )
+    await conn.execute(
+        """UPDATE episodes
+           SET turn_count = turn_count - $2,
+               last_active_at = coalesce(
+                   (SELECT max(occurred_at) FROM messages WHERE episode_id = $1), started_at)
+           WHERE id = $1""",
+        episode_id,
+        moved["n"],
+    )
 
 
 async def _start_episode(
@@ -603,6 +656,8 @@ async def _close_episode(
         # (an unnamed close finding its episode already closed by an event at or
         # after its time is a redelivery: nothing to change)
         await conn.execute(CLOSE_BY_EVENT, row["id"], c)
+        if ev.episode_id is None:
+            await _split_after(conn, row["id"], c)
     # Asked again on a redelivery too: the extractor is idempotent.
     extract.append(ExtractRequested(episode_id=row["id"], user_id=ev.user_id))
     return None
