@@ -13,7 +13,7 @@ import asyncpg
 from prometheus_client import CollectorRegistry, Counter
 
 from services.query.embedding import Resolver, embed_query
-from services.query.message_search import MODES
+from services.query.ranking.turns import MODES
 from services.query.search import SearchParams, SearchResult, search
 from shared.settings import CommonSettings
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.query import message_search
+from services.query.ranking import turns as message_search
 from services.query.app import create_app
 from services.query.settings import QuerySettings
 from shared.embeddings import vector_index

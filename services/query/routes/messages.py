@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.query import message_search as ms
+from services.query.ranking import turns as ms
 from services.query.auth import UserId
 from services.query.deps import Pool, State
 
