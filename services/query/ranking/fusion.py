@@ -12,8 +12,8 @@ second formula:
   similarity ``1 - d``; ``min_similarity`` (Ash's 0.3) drops semantic candidates
   whose cosine similarity is below it;
 - ``semantic_norm`` / ``lexical_norm``: min-max over the candidate set (Nova),
-  none (raw cosine, Ash), clamped at 0 (raw cosine, Nous), ``rank / (rank + 1)`` (Ash's text side) or ``rank / max``
-  (Nous's text side);
+  none (raw cosine, Ash), clamped at 0 (raw cosine, Nous), ``rank / (rank + 1)``
+  (Ash's text side) or ``rank / max`` (Nous's text side);
 - ``combine``: ``w_sem * semantic + w_lex * lexical`` (divided by the weights in
   play, so a signal with no candidate at all drops out and the other alone still
   scores in [0, 1]), or reciprocal-rank fusion ``Σ w / (60 + position)``;
@@ -164,9 +164,7 @@ def fuse(
     includes the date lift only then)."""
     cands = admit(spec, candidates)
     lex = {c.id: c.rank for c in cands if c.rank is not None}
-    sem = {
-        c.id: _semantic_value(spec, c.distance) for c in cands if c.distance is not None
-    }
+    sem = {c.id: _semantic_value(spec, c.distance) for c in cands if c.distance is not None}
     w_sem = spec.w_sem if sem else 0.0
     w_lex = spec.w_lex if lex else 0.0
     lex_n = _normalise(lex, spec.lexical_norm)
@@ -179,9 +177,7 @@ def fuse(
             s += w_lex / (RRF_K + c.lex_pos) if c.lex_pos is not None else 0.0
             score = s / ((w_sem + w_lex) / (RRF_K + 1.0))
         else:
-            score = (w_sem * sem_n.get(c.id, 0.0) + w_lex * lex_n.get(c.id, 0.0)) / (
-                w_sem + w_lex
-            )
+            score = (w_sem * sem_n.get(c.id, 0.0) + w_lex * lex_n.get(c.id, 0.0)) / (w_sem + w_lex)
         if current_user is not None and c.owner is not None and c.owner != current_user:
             score *= spec.other_user_factor
         c.score = score

@@ -2,14 +2,19 @@
 
 A seed's rule is a field here, not a code path (``fusion.py`` reads them all):
 
-| surface | spec | seed rule |
-|---|---|---|
-| ``memory.search`` (API, tools, UI search box, admin, request/reply) | ``NOVA`` | 70% semantic (``1/(1+d)``) + 30% ``ts_rank``, min-max over the union of each signal's top 50 |
-| ``recall`` (``/v1/recall``) | ``ASH_RECALL`` | 0.7 x cosine + 0.3 x ``rank/(rank+1)``; nearest, matching and newest rows are candidates; top N |
-| ``/v1/context`` memories | ``CONTEXT_MEMORIES`` | Ash's formula; only memories at cosine >= 0.3 or matching a word, and within half of the best |
-| ``/v1/context`` past turns | ``CONTEXT_TURNS`` | the messages ``fused`` rules, with Ash's 0.3 floor on the semantic side |
-| episode recall (``/v1/episodes/search``) | ``NOUS_EPISODES`` | 70/30 (cosine, ``rank/max``); other users' episodes x 0.8 (current-user boost); a relevance floor |
-| ``/v1/messages/search`` ``mode`` | ``MESSAGE_MODES`` | ``fused`` (default), ``hybrid`` (Nova), ``rrf``, ``fts``, ``bm25``, ``semantic`` |
+- ``NOVA``: memory search (API, tools, the browser's search box, admin, the
+  request/reply search): 70% semantic (``1/(1+d)``) + 30% ``ts_rank``, min-max
+  over the union of each signal's top 50;
+- ``ASH_RECALL``: ``/v1/recall``: 0.7 x cosine + 0.3 x ``rank/(rank+1)``; the
+  nearest, the matching and the newest rows are candidates; top N;
+- ``CONTEXT_MEMORIES``: ``/v1/context`` memories: Ash's formula, but only
+  memories at cosine >= 0.3 or matching a word, and within half of the best;
+- ``CONTEXT_TURNS``: ``/v1/context`` past turns: the messages ``fused`` rules,
+  with Ash's 0.3 floor on the semantic side;
+- ``NOUS_EPISODES``: episode recall: 70/30 (cosine, ``rank/max``), other users'
+  episodes x 0.8 (the current-user boost), a relevance floor;
+- ``MESSAGE_MODES``: ``/v1/messages/search`` by ``mode``: ``fused`` (the
+  default), ``hybrid`` (Nova's), ``rrf``, ``fts``, ``bm25``, ``semantic``.
 """
 
 from __future__ import annotations
@@ -89,5 +94,12 @@ CONTEXT_TURNS = FUSED.but(name="context.turns", min_similarity=MIN_MESSAGE_SIMIL
 
 SURFACES: dict[str, RankSpec] = {
     s.name: s
-    for s in (NOVA, ASH_RECALL, CONTEXT_MEMORIES, NOUS_EPISODES, CONTEXT_TURNS, *MESSAGE_MODES.values())
+    for s in (
+        NOVA,
+        ASH_RECALL,
+        CONTEXT_MEMORIES,
+        NOUS_EPISODES,
+        CONTEXT_TURNS,
+        *MESSAGE_MODES.values(),
+    )
 }

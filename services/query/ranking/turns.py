@@ -369,9 +369,7 @@ async def rank_turns(
     else:
         found = await conn.fetch(ROWS, user_id, [c.id for c in best])
     by_id = {r["id"]: r for r in found}
-    return [
-        _hit(by_id[c.id], c, cos.get(c.id), c.id in answers) for c in best if c.id in by_id
-    ]
+    return [_hit(by_id[c.id], c, cos.get(c.id), c.id in answers) for c in best if c.id in by_id]
 
 
 async def _candidates(conn: Any, user_id: str, lexical: str, args: list[Any]) -> list[Any]:
