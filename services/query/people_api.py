@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from services.query.recall import recall
 from shared.events import EmbedRequested, EmbedTarget, MemoryChanged
-from shared.memory.recall import recall
 from shared.memory.remember import MAX_DAYS, Chat, Fact, Remembered, remember
 from shared.memory.vectors import ModelEmbedder
 from shared.streams import Publisher

@@ -13,8 +13,8 @@ import asyncpg
 from prometheus_client import CollectorRegistry, Counter
 
 from services.query.embedding import Resolver, embed_query
-from services.query.ranking.turns import MODES
 from services.query.ranking.memories import SearchParams, SearchResult, search
+from services.query.ranking.turns import MODES
 from shared.settings import CommonSettings
 
 

@@ -134,8 +134,10 @@ def _normalise(values: dict[K, float], how: str) -> dict[K, float]:
 
 
 def admit(spec: RankSpec, candidates: Iterable[Candidate[K]]) -> list[Candidate[K]]:
-    """The candidates the spec lets in: a signal with no weight brings none, and a
-    semantic candidate under ``min_similarity`` loses that signal."""
+    """The candidates the spec lets in: a signal with no weight brings none, a
+    semantic candidate under ``min_similarity`` loses that signal, and a row no
+    signal found (a lexical rank of 0 read for every candidate) is only in under
+    a spec that takes the newest rows too."""
     out = []
     for c in candidates:
         c.similarity = cosine(c.distance)
@@ -146,7 +148,8 @@ def admit(spec: RankSpec, candidates: Iterable[Candidate[K]]) -> list[Candidate[
             c.distance, c.sem_pos = None, None
         if spec.w_lex <= 0:
             c.rank, c.lex_pos = None, None
-        if c.distance is not None or c.rank is not None or spec.recent_per_hit > 0:
+        matched = c.rank is not None and (c.rank > 0 or c.lex_pos is not None)
+        if c.distance is not None or matched or spec.recent_per_hit > 0:
             out.append(c)
     return out
 

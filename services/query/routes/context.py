@@ -12,7 +12,7 @@ from services.query.context.summary import assemble_summary
 from services.query.context.tools import assemble_tools
 from services.query.deps import Pool
 from services.query.people_embedder import QueryEmbedder
-from shared.memory.recall import embed_query
+from services.query.recall import embed_query
 
 router = APIRouter(prefix="/v1", tags=["context"])
 

@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from services.query.auth import UserId
 from services.query.deps import Pool, State
+from services.query.ranking.episodes import recall_episodes
 from shared.errors import NotFound
-from shared.memory.episodes import recall_episodes
 
 router = APIRouter(prefix="/v1/episodes", tags=["episodes (Nous)"])
 

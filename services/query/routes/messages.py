@@ -9,9 +9,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.query.ranking import turns as ms
 from services.query.auth import UserId
 from services.query.deps import Pool, State
+from services.query.ranking import turns as ms
 
 router = APIRouter(prefix="/v1/messages", tags=["messages"])
 
