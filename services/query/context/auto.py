@@ -1,9 +1,9 @@
 """Ash's automatic context: relevant past turns, relevant memories, known people.
 
 - past turns from the same ranking as ``/v1/messages/search`` (``fused``), with
-  Ash's 0.3 similarity floor on its semantic side (``CONTEXT_TURNS``): up to 10
-  hits found by a signal (or the answer right after a found question), the
-  message itself left out; each line names its date and speaker, and a hit
+  Ash's 0.3 similarity floor on its semantic side (``CONTEXT_TURNS``): one hit
+  per 100 tokens of budget (10 to 30) found by a signal (or the answer right
+  after a found question), the message itself left out; each line names its date and speaker, and a hit
   that is a question or a short turn brings the turns around it;
 - the top 10 visible memories (Ash's recall ranking, ``ASH_RECALL``), those
   relevant to the message (cosine >= 0.3 or a shared word) first, each
@@ -35,7 +35,8 @@ from services.query.ranking.turns import MessageHit, rank_turns
 from services.query.recall import QueryVector, subject_people
 from shared.memory.people import Person, list_people
 
-MAX_MESSAGES = 10
+# turn hits read: one per 100 tokens of budget, at least 10, at most 30
+MIN_MESSAGES, MAX_MESSAGES, TOKENS_PER_MESSAGE = 10, 30, 60
 MAX_MEMORIES = 10
 MIN_MESSAGE_SIMILARITY = CONTEXT_TURNS.min_similarity
 LINE_CHARS = 600
@@ -108,6 +109,8 @@ def memory_label(hit: MemoryHit, people: dict[uuid.UUID, Person]) -> str:
     names = [people[s].label for s in hit.subjects if s in people]
     if names:
         label += f" (about {', '.join(names)})"
+    if hit.source_turn is not None:  # learned from a turn: when it was said
+        label += f", said {hit.source_turn.occurred_at.date().isoformat()}"
     return f"[{label}]"
 
 
@@ -126,8 +129,18 @@ def serves(hit: MessageHit) -> bool:
     return hit.content.rstrip().endswith("?") or len(hit.content.split()) < SHORT_WORDS
 
 
+def turn_hits(budget: int) -> int:
+    """How many turn hits a budget reads (each line costs ~30-100 tokens)."""
+    return max(MIN_MESSAGES, min(MAX_MESSAGES, budget // TOKENS_PER_MESSAGE))
+
+
 async def past_turns(
-    conn: asyncpg.Connection | asyncpg.Pool, user_id: str, message: str, qv: QueryVector
+    conn: asyncpg.Connection | asyncpg.Pool,
+    user_id: str,
+    message: str,
+    qv: QueryVector,
+    *,
+    limit: int = MIN_MESSAGES,
 ) -> list[Turn]:
     """The turn hits for ``message``, each followed by the turns around it when
     that serves (see ``serves``), without repeats."""
@@ -137,11 +150,11 @@ async def past_turns(
         user_id=user_id,
         query=message,
         vector=qv.vector,
-        limit=MAX_MESSAGES + 5,
+        limit=limit + 5,
         found_only=True,
     )
     hits = [h for h in hits if h.role in ROLES and h.content and h.content != message]
-    hits = hits[:MAX_MESSAGES]
+    hits = hits[:limit]
     around: dict[int, list[asyncpg.Record]] = {}
     wanted = [h.id for h in hits if serves(h)]
     if wanted:
@@ -192,12 +205,19 @@ def allocation(
 ) -> list[tuple[str, int]]:
     """The order the budget is spent in (docs/context.md): people, the turn hits
     best first, the relevant memories best first, the turns around the hits, the
-    other memories."""
+    other memories. A memory learned from a turn already shown is left out (the
+    turn says it in the speaker's own words)."""
+    shown = {t.id for t in turns}
+    memories_left = [
+        i
+        for i, m in enumerate(memories)
+        if m.source_turn is None or m.source_turn.id not in shown
+    ]
     order = [("known_people", i) for i in range(len(people))]
     order += [("messages", i) for i, t in enumerate(turns) if t.neighbour_of is None]
-    order += [("memories", i) for i, m in enumerate(memories) if m.relevant]
+    order += [("memories", i) for i in memories_left if memories[i].relevant]
     order += [("messages", i) for i, t in enumerate(turns) if t.neighbour_of is not None]
-    order += [("memories", i) for i, m in enumerate(memories) if not m.relevant]
+    order += [("memories", i) for i in memories_left if not memories[i].relevant]
     return order
 
 
@@ -207,7 +227,13 @@ async def assemble_auto(
     chat = body.chat.chat() if body.chat else None
     async with pool.acquire() as conn:
         member = await is_member(conn, user_id, chat) if chat else False
-        turns = await past_turns(conn, user_id, body.message, qv) if body.message.strip() else []
+        turns = (
+            await past_turns(
+                conn, user_id, body.message, qv, limit=turn_hits(body.token_budget)
+            )
+            if body.message.strip()
+            else []
+        )
         memories = await search_memories(
             conn,
             user_id,
@@ -264,6 +290,7 @@ async def assemble_auto(
                     "subjects": [subjects[s].label for s in m.subjects if s in subjects],
                     "similarity": m.similarity,
                     "relevant": m.relevant,
+                    "source_turn": m.source_turn.public() if m.source_turn else None,
                     "created_at": m.created_at.isoformat(),
                 }
                 for m in kept_memories

@@ -100,13 +100,35 @@ SELECT m.id, m.user_id, m.scope, m.provider, m.chat_id, m.theme, m.type, m.conte
        CASE WHEN $2::vector IS NOT NULL AND m.embedding_state = 'ready'
                  AND m.embedding_model = $10
             THEN (m.embedding <=> $2::vector)::float8 END AS dist,
-       coalesce(ts_rank_cd(m.fts, q.tsq), 0)::float8 AS text_rank
-FROM memory_items m JOIN candidates c USING (id), q
+       coalesce(ts_rank_cd(m.fts, q.tsq), 0)::float8 AS text_rank,
+       m.source_message_id, s.external_id AS source_external_id,
+       s.occurred_at AS source_occurred_at, s.content AS source_content
+FROM memory_items m JOIN candidates c USING (id)
+     -- the turn the memory was learned from (the owner's own, never another user's)
+     LEFT JOIN messages s ON s.id = m.source_message_id AND s.user_id = m.user_id, q
 """
 
 IS_MEMBER = """
 SELECT EXISTS (SELECT 1 FROM episodes WHERE user_id = $1 AND provider = $2 AND chat_id = $3)
 """
+
+
+@dataclass(frozen=True)
+class SourceTurn:
+    """The conversation turn a memory was learned from (``source_message_id``)."""
+
+    id: int
+    external_message_id: str | None
+    occurred_at: datetime
+    content: str
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "external_message_id": self.external_message_id,
+            "occurred_at": self.occurred_at.isoformat(),
+            "content": self.content,
+        }
 
 
 @dataclass(frozen=True)
@@ -127,6 +149,7 @@ class MemoryHit:
     similarity: float | None
     score: float
     matched: bool = False  # a word of the query is in it
+    source_turn: SourceTurn | None = None  # the turn it was learned from, if known
 
     @property
     def relevant(self) -> bool:
@@ -211,6 +234,14 @@ def _memory(r: asyncpg.Record, c: Candidate[uuid.UUID]) -> MemoryHit:
         similarity=float(sim) if sim is not None else None,
         score=c.score,
         matched=(c.rank or 0.0) > 0,
+        source_turn=None
+        if r["source_occurred_at"] is None
+        else SourceTurn(
+            r["source_message_id"],
+            r["source_external_id"],
+            r["source_occurred_at"],
+            r["source_content"],
+        ),
     )
 
 
@@ -240,4 +271,5 @@ def hit_json(hit: MemoryHit, names: dict[uuid.UUID, Any]) -> dict[str, Any]:
         "superseded_by": str(hit.superseded_by) if hit.superseded_by else None,
         "similarity": hit.similarity,
         "score": round(hit.score, 6),
+        "source_turn": hit.source_turn.public() if hit.source_turn else None,
     }

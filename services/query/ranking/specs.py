@@ -12,7 +12,8 @@ A seed's rule is a field here, not a code path (``fusion.py`` reads them all):
 - ``CONTEXT_TURNS``: ``/v1/context`` past turns: the messages ``fused`` rules,
   with Ash's 0.3 floor on the semantic side;
 - ``NOUS_EPISODES``: episode recall: 70/30 (cosine, ``rank/max``), other users'
-  episodes x 0.8 (the current-user boost), a relevance floor;
+  episodes x 0.8 (the current-user boost), a relevance floor (Ash's 0.3 on the
+  semantic side: an episode is found by meaning only at cosine >= 0.3);
 - ``MESSAGE_MODES``: ``/v1/messages/search`` by ``mode``: ``fused`` (the
   default), ``hybrid`` (Nova's), ``rrf``, ``fts``, ``bm25``, ``semantic``.
 """
@@ -59,7 +60,6 @@ NOUS_EPISODES = RankSpec(
     candidates=200,
     other_user_factor=0.8,
     min_similarity=MIN_MESSAGE_SIMILARITY,
-    relative_floor=0.5,
 )
 
 MessageMode = Literal["fused", "hybrid", "rrf", "fts", "bm25", "semantic"]
