@@ -98,9 +98,7 @@ async def test_nova_memory_search_is_70_30_min_max_over_the_union(pool, user_id)
     assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
 
 
-async def test_ash_recall_is_cosine_plus_saturated_text_rank_with_the_newest_top_n(
-    pool, user_id
-):
+async def test_ash_recall_is_cosine_plus_saturated_text_rank_with_the_newest_top_n(pool, user_id):
     ids = await _memories(pool, user_id)
     hits = await search_memories(pool, user_id, query=QUERY, vector=Q, model=MODEL, limit=4)
     rows = await pool.fetch(
@@ -145,9 +143,7 @@ async def test_the_context_turns_keep_ash_s_floor_and_top_n(pool, user_id):
     )
     assert len(one) == 1 and one[0].id == hits[0].id  # top N
     # the message search's fused mode has no floor: it may return them as neighbours
-    fused = await rank_turns(
-        pool, specs.FUSED, user_id=user_id, query=QUERY, vector=Q, limit=10
-    )
+    fused = await rank_turns(pool, specs.FUSED, user_id=user_id, query=QUERY, vector=Q, limit=10)
     assert {h.id for h in fused} >= got
 
 
