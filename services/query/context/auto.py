@@ -33,6 +33,7 @@ from services.query.ranking.recall import MemoryHit, is_member, search_memories
 from services.query.ranking.specs import CONTEXT_TURNS
 from services.query.ranking.turns import MessageHit, rank_turns
 from services.query.recall import QueryVector, subject_people
+from shared.db import Executor
 from shared.memory.people import Person, list_people
 
 # turn hits read: one per 100 tokens of budget, at least 10, at most 30
@@ -135,7 +136,7 @@ def turn_hits(budget: int) -> int:
 
 
 async def past_turns(
-    conn: asyncpg.Connection | asyncpg.Pool,
+    conn: Executor,
     user_id: str,
     message: str,
     qv: QueryVector,

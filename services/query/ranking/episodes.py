@@ -129,6 +129,7 @@ async def recall_episodes(
     users = list(visible_users) if visible_users is not None else None
     text = query if query.strip() not in ("", "*") else ""
     vec = list(query_vector) if query_vector is not None else None
+    rows: list[Any]
     if not text and vec is None:
         rows = list(
             await pool.fetch(RECENT, users, user_filter, current_user_id, OTHER_USER_FACTOR, limit)

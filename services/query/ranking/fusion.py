@@ -222,9 +222,8 @@ def _in_conversation(
     by_id = {c.id: c for c in cands}
     out: list[Candidate[K]] = []
     for k, s in total.items():
-        c = by_id.get(k)
-        if c is None:  # found only as a neighbour: no signal of its own
-            c = Candidate(k, found=False)
+        # a turn found only as a neighbour has no signal of its own
+        c = by_id[k] if k in by_id else Candidate(k, found=False)
         c.score = s / top
         out.append(c)
     return out
