@@ -26,11 +26,12 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m "not slow"
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared services tests bench
-	$(BIN)/ruff format --check shared services tests bench
+	$(BIN)/ruff check shared services engram_cli engram_client tests bench
+	$(BIN)/ruff format --check shared services engram_cli engram_client tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy shared services
+	$(BIN)/mypy shared services engram_cli engram_client
 
 migrate: $(STAMP)
 	$(BIN)/engram migrate

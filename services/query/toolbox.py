@@ -1,7 +1,8 @@
 """The memory tools as LLM function-calling schemas, and their executor.
 
-Two tools: ``memory`` (Nova 3.2: search, add, get, archive, list_themes) and
-``memory_facts`` (Navi: save, search, forget, list). :func:`tool_schemas` gives
+Tools: ``memory`` (Nova 3.2: search, add, get, archive, list_themes),
+``memory_facts`` (Navi: save, search, forget, list), ``remember`` and ``recall``
+(Ash), ``context`` and ``episode_recall``. :func:`tool_schemas` gives
 them in OpenAI and Anthropic formats; :func:`call_tool` runs one call for one
 user and returns its JSON result, or raises :class:`ToolError` with a message
 written for the model (bad arguments, unknown item, unknown tool).
@@ -18,6 +19,9 @@ from pydantic import BaseModel, ValidationError
 
 from services.query import facts_service as fs
 from services.query import memory_service as ms
+from services.query.context.tools import HintCache
+from services.query.context_tools import CONTEXT_TOOLS, call_context_tool
+from services.query.context_tools import NAMES as CONTEXT_TOOL_NAMES
 from services.query.embedding import user_embedder
 from services.query.people_tools import NAMES as PEOPLE_TOOL_NAMES
 from services.query.people_tools import PEOPLE_TOOLS, call_people_tool
@@ -122,7 +126,7 @@ FACTS_TOOL: dict[str, Any] = {
     },
 }
 
-TOOLS = [MEMORY_TOOL, FACTS_TOOL, *PEOPLE_TOOLS]
+TOOLS = [MEMORY_TOOL, FACTS_TOOL, *PEOPLE_TOOLS, *CONTEXT_TOOLS]
 
 
 class ToolError(Exception):
@@ -136,6 +140,7 @@ class ToolContext:
     state: QueryState
     user_id: str
     trigram: bool
+    hint_cache: HintCache
 
 
 def tool_schemas(fmt: str = "all") -> dict[str, list[dict[str, Any]]]:
@@ -199,10 +204,20 @@ async def call_tool(ctx: ToolContext, name: str, arguments: Any) -> dict[str, An
             return await _memory(ctx, args)
         if name == "memory_facts":
             return await _facts(ctx, args)
-        if name in PEOPLE_TOOL_NAMES:
+        if name in PEOPLE_TOOL_NAMES or name in CONTEXT_TOOL_NAMES:
             embedder = await user_embedder(
                 ctx.state.resolver, ctx.pool, user_id=ctx.user_id, settings=ctx.state.settings
             )
+            if name in CONTEXT_TOOL_NAMES:
+                return await call_context_tool(
+                    name,
+                    args,
+                    pool=ctx.pool,
+                    state=ctx.state,
+                    user_id=ctx.user_id,
+                    embedder=embedder,
+                    hint_cache=ctx.hint_cache,
+                )
             return await call_people_tool(
                 name,
                 args,

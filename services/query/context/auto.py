@@ -2,9 +2,10 @@
 
 - past turns from the same ranking as ``/v1/messages/search`` (``fused``), with
   Ash's 0.3 similarity floor on its semantic side (``CONTEXT_TURNS``): one hit
-  per 100 tokens of budget (10 to 30) found by a signal (or the answer right
-  after a found question), the message itself left out; each line names its date and speaker, and a hit
-  that is a question or a short turn brings the turns around it;
+  per 60 tokens of budget (10 to 30) found by a signal (or the answer right
+  after a found question), the message itself left out; each line names its
+  date and speaker, and a hit that is a question or a short turn brings the
+  turns around it;
 - the top 10 visible memories (Ash's recall ranking, ``ASH_RECALL``), those
   relevant to the message (cosine >= 0.3 or a shared word) first, each
   attributed ("[Memory (about Sarah)] ..."; shared ones and non-user sources
@@ -36,7 +37,7 @@ from services.query.recall import QueryVector, subject_people
 from shared.db import Executor
 from shared.memory.people import Person, list_people
 
-# turn hits read: one per 100 tokens of budget, at least 10, at most 30
+# turn hits read: one per 60 tokens of budget, at least 10, at most 30
 MIN_MESSAGES, MAX_MESSAGES, TOKENS_PER_MESSAGE = 10, 30, 60
 MAX_MEMORIES = 10
 MIN_MESSAGE_SIMILARITY = CONTEXT_TURNS.min_similarity
@@ -210,9 +211,7 @@ def allocation(
     turn says it in the speaker's own words)."""
     shown = {t.id for t in turns}
     memories_left = [
-        i
-        for i, m in enumerate(memories)
-        if m.source_turn is None or m.source_turn.id not in shown
+        i for i, m in enumerate(memories) if m.source_turn is None or m.source_turn.id not in shown
     ]
     order = [("known_people", i) for i in range(len(people))]
     order += [("messages", i) for i, t in enumerate(turns) if t.neighbour_of is None]
@@ -229,9 +228,7 @@ async def assemble_auto(
     async with pool.acquire() as conn:
         member = await is_member(conn, user_id, chat) if chat else False
         turns = (
-            await past_turns(
-                conn, user_id, body.message, qv, limit=turn_hits(body.token_budget)
-            )
+            await past_turns(conn, user_id, body.message, qv, limit=turn_hits(body.token_budget))
             if body.message.strip()
             else []
         )

@@ -6,11 +6,10 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, Field
 
 from services.query.auth import UserId
 from services.query.deps import Pool, State
-from services.query.ranking.episodes import recall_episodes
+from services.query.episode_recall import RecallIn, recall
 from shared.errors import NotFound
 
 router = APIRouter(prefix="/v1/episodes", tags=["episodes (Nous)"])
@@ -40,32 +39,11 @@ LIMIT $3 OFFSET $4
 """
 
 
-class RecallIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    query: str = Field(max_length=2000, description="words to find in summaries; '*' = newest")
-    limit: int = Field(default=10, ge=1, le=50)
-
-
 @router.post("/search", summary="Recall episodes by summary, key points and topics")
 async def search(body: RecallIn, user_id: UserId, pool: Pool, state: State) -> dict[str, Any]:
     """The acting user's episodes, best first, each with its user tag line
     (``[Tim] Checked weather for Silver Spring, MD``)."""
-    vector = None
-    if body.query.strip() not in ("", "*"):
-        vector = await state.query_vector(pool, user_id=user_id, text=body.query)
-    hits = await recall_episodes(
-        pool,
-        query=body.query,
-        current_user_id=user_id,
-        visible_users=[user_id],
-        query_vector=vector,
-        limit=body.limit,
-    )
-    return {
-        "episodes": [h.as_dict() for h in hits],
-        "mode": "hybrid" if vector is not None else "full_text",
-    }
+    return await recall(state, pool, user_id=user_id, body=body)
 
 
 @router.get("", summary="The acting user's episodes, newest first")
