@@ -10,7 +10,8 @@ A seed's rule is a field here, not a code path (``fusion.py`` reads them all):
 - ``CONTEXT_MEMORIES``: ``/v1/context`` memories: Ash's formula, but only
   memories at cosine >= 0.3 or matching a word, and within half of the best;
 - ``CONTEXT_TURNS``: ``/v1/context`` past turns: the messages ``fused`` rules,
-  with Ash's 0.3 floor on the semantic side;
+  with Ash's 0.3 floor on the semantic side (and ``ts_rank`` instead of BM25
+  for a user with more than 5,000 turns, for latency);
 - ``NOUS_EPISODES``: episode recall: 70/30 (cosine, ``rank/max``), other users'
   episodes x 0.8 (the current-user boost), a relevance floor (Ash's 0.3 on the
   semantic side: an episode is found by meaning only at cosine >= 0.3);
@@ -90,7 +91,11 @@ MESSAGE_MODES: dict[MessageMode, RankSpec] = {
     "semantic": RankSpec("messages.semantic", w_sem=1.0, w_lex=0.0, candidates=100),
 }
 
-CONTEXT_TURNS = FUSED.but(name="context.turns", min_similarity=MIN_MESSAGE_SIMILARITY)
+# the context must stay within its latency budget for a user with 50,000 turns, where
+# per-query BM25 statistics cost a scan of them all: ts_rank for such a user
+CONTEXT_TURNS = FUSED.but(
+    name="context.turns", min_similarity=MIN_MESSAGE_SIMILARITY, big_user_lexical="ts_rank"
+)
 
 SURFACES: dict[str, RankSpec] = {
     s.name: s

@@ -330,9 +330,9 @@ async def rank_turns(
     lexical = "bm25" if spec.lexical == "bm25" else "ts_rank"
     if isinstance(conn, asyncpg.Pool):
         async with conn.acquire() as c:
-            rows = await _candidates(c, user_id, lexical, args)
+            rows = await _candidates(c, user_id, lexical, args, spec)
     else:
-        rows = await _candidates(conn, user_id, lexical, args)
+        rows = await _candidates(conn, user_id, lexical, args, spec)
     cands: list[Candidate[int]] = []
     at: dict[int, datetime] = {}
     cos: dict[int, float] = {}
@@ -372,11 +372,16 @@ async def rank_turns(
     return [_hit(by_id[c.id], c, cos.get(c.id), c.id in answers) for c in best if c.id in by_id]
 
 
-async def _candidates(conn: Any, user_id: str, lexical: str, args: list[Any]) -> list[Any]:
+async def _candidates(
+    conn: Any, user_id: str, lexical: str, args: list[Any], spec: RankSpec
+) -> list[Any]:
     vector = args[2]
     # Only users with many embedded turns are in the HNSW index (the embedder lists
     # them: shared/embeddings/vector_index.py); everyone else is compared exactly.
-    if vector is None or not await vector_index.uses_index(conn, user_id, "message"):
+    big = await vector_index.uses_index(conn, user_id, "message")
+    if big and spec.big_user_lexical == "ts_rank":
+        lexical = "ts_rank"
+    if vector is None or not big:
         return list(await conn.fetch(EXACT[lexical], *args))
     async with hnsw_walk(conn, ef_search=EF_SEARCH) as c:
         return list(await c.fetch(index_statement(lexical, len(vector)), *args))
