@@ -231,4 +231,6 @@ def test_one_fusion_reads_every_spec_field_it_declares():
     assert nous["a"] == pytest.approx(0.7 * 0.8 + 0.3 * 1.0)
     rrf = {c.id: c.score for c in fuse(specs.MESSAGE_MODES["rrf"], cands())}
     assert rrf["a"] == pytest.approx(1.0)
-    assert specs.CONTEXT_TURNS.but(name="x", min_similarity=None) == specs.FUSED.but(name="x")
+    assert specs.CONTEXT_TURNS.but(
+        name="x", min_similarity=None, big_user_lexical="same"
+    ) == specs.FUSED.but(name="x")
