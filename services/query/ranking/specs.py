@@ -10,8 +10,8 @@ A seed's rule is a field here, not a code path (``fusion.py`` reads them all):
 - ``CONTEXT_MEMORIES``: ``/v1/context`` memories: Ash's formula, but only
   memories at cosine >= 0.3 or matching a word, and within half of the best;
 - ``CONTEXT_TURNS``: ``/v1/context`` past turns: the messages ``fused`` rules,
-  with Ash's 0.3 floor on the semantic side (and ``ts_rank`` instead of BM25
-  for a user with more than 5,000 turns, for latency);
+  with Ash's 0.3 floor on the semantic side (and no lexical side for a user
+  with more than 5,000 turns, for latency);
 - ``NOUS_EPISODES``: episode recall: 70/30 (cosine, ``rank/max``), other users'
   episodes x 0.8 (the current-user boost), a relevance floor (Ash's 0.3 on the
   semantic side: an episode is found by meaning only at cosine >= 0.3);
@@ -92,9 +92,10 @@ MESSAGE_MODES: dict[MessageMode, RankSpec] = {
 }
 
 # the context must stay within its latency budget for a user with 50,000 turns, where
-# per-query BM25 statistics cost a scan of them all: ts_rank for such a user
+# per-query BM25 statistics scan them all and ts_rank every match (~56 ms): such a
+# user's context turns are read by meaning only (the turn rules still apply)
 CONTEXT_TURNS = FUSED.but(
-    name="context.turns", min_similarity=MIN_MESSAGE_SIMILARITY, big_user_lexical="ts_rank"
+    name="context.turns", min_similarity=MIN_MESSAGE_SIMILARITY, big_user_lexical="none"
 )
 
 SURFACES: dict[str, RankSpec] = {

@@ -379,8 +379,10 @@ async def _candidates(
     # Only users with many embedded turns are in the HNSW index (the embedder lists
     # them: shared/embeddings/vector_index.py); everyone else is compared exactly.
     big = await vector_index.uses_index(conn, user_id, "message")
-    if big and spec.big_user_lexical == "ts_rank":
+    if big and spec.big_user_lexical != "same":
         lexical = "ts_rank"
+        if spec.big_user_lexical == "none":
+            args = [args[0], None, *args[2:]]
     if vector is None or not big:
         return list(await conn.fetch(EXACT[lexical], *args))
     async with hnsw_walk(conn, ef_search=EF_SEARCH) as c:
