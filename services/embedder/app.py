@@ -13,7 +13,7 @@ from shared.embeddings.providers import ProviderRegistry
 from shared.embeddings.vector_index import Indexer
 from shared.events import EmbedRequested, embed_adapter
 from shared.runtime import Runtime, add_ops_routes
-from shared.streams import Delivery, Rejections
+from shared.streams import Delivery, FailurePolicy, Rejections
 
 
 def create_app(
@@ -63,6 +63,11 @@ def create_app(
         handle=on_embed,
         batch=settings.embed_read_batch,
         linger_ms=settings.embed_linger_ms,
+        # Provider failures never reach the stream: an outage leaves rows pending for
+        # the retry sweep, a refusal marks them error (services/embedder). What does:
+        # PostgreSQL or Redis away (wait with backoff), a data error (bisected out,
+        # dead-lettered at once), anything else (dead-lettered after max_attempts).
+        policy=FailurePolicy.default(settings),
     )
     rt.every(settings.embed_sweep_s, retry_due)
     rt.every(settings.vector_index_check_s, index_users)

@@ -14,6 +14,7 @@ Guarantees:
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -45,7 +46,8 @@ EmbedderFor = Callable[[str], Awaitable[TextEmbedder | None]]
 LOAD_EPISODE = """
 SELECT e.id, e.user_id, e.status, e.started_at, e.last_active_at, e.turn_count,
        e.extracted_at, e.extracted_turn_count, e.extraction_error,
-       coalesce(e.display_name, u.display_name) AS user_name
+       coalesce(e.display_name, u.display_name) AS user_name,
+       extract(epoch FROM now() - e.extract_due_since)::float8 AS waited_s
 FROM episodes e JOIN users u ON u.id = e.user_id
 WHERE e.id = $1 AND e.user_id = $2
 """
@@ -68,13 +70,17 @@ UPDATE episodes
 SET summary = $3, summary_text = $4, extracted_at = greatest(now(), last_active_at),
     extracted_turn_count = $5, extraction_error = $6,
     extract_due = turn_count IS DISTINCT FROM $5,
+    extract_due_since = CASE WHEN turn_count IS DISTINCT FROM $5 THEN extract_due_since END,
     embedding_state = 'pending', embedding_error = NULL, updated_at = now()
 WHERE id = $1 AND user_id = $2
 """
 
 RECORD_ERROR = """
 UPDATE episodes SET extraction_error = $3, extracted_turn_count = $4,
-                    extract_due = turn_count IS DISTINCT FROM $4, updated_at = now()
+                    extract_due = turn_count IS DISTINCT FROM $4,
+                    extract_due_since = CASE WHEN turn_count IS DISTINCT FROM $4
+                                             THEN extract_due_since END,
+                    updated_at = now()
 WHERE id = $1 AND user_id = $2
 """
 
@@ -84,8 +90,8 @@ DUE = """(e.turn_count IS DISTINCT FROM e.extracted_turn_count
 
 CLOSE_IDLE = """
 UPDATE episodes e
-SET status = 'closed', closed_at = e.last_active_at, extract_requested_at = now(),
-    extract_due = true,
+SET status = 'closed', closed_at = e.last_active_at, closed_by = 'stale',
+    extract_requested_at = now(), extract_due = true, extract_due_since = now(),
     updated_at = now()
 FROM (SELECT id FROM episodes
       WHERE status = 'open' AND last_active_at < now() - $1::interval
@@ -180,6 +186,7 @@ async def handle_requests(
 
 async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
     """Summarise the episode and learn its facts if it is due; return the outcome."""
+    started = time.perf_counter()
     async with x.pool.acquire() as conn:
         if await conn.fetchval(SEEN, CONSUMER, request.event_id):
             return "duplicate"
@@ -257,6 +264,10 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
             limit=x.max_facts,
         )
     _count_facts(x, result)
+    if x.metrics is not None and ep["waited_s"] is not None:
+        # From the moment the episode became due (closed, or a late turn) to its summary.
+        waited = float(ep["waited_s"]) + time.perf_counter() - started
+        x.metrics.close_to_summary.observe(waited)
     if result.changed:
         await _refresh_narrative(x, request.user_id)
     await _publish(x, request.user_id, request.episode_id, result)
@@ -327,3 +338,17 @@ async def sweep(
         metrics.swept.labels("closed").inc(len(closed))
         metrics.swept.labels("requeued").inc(len(due))
     return requests
+
+
+WAITING = """
+SELECT count(*) AS n, coalesce(extract(epoch FROM now() - min(extract_due_since)), 0)::float8 AS age
+FROM episodes WHERE extract_due AND status = 'closed'
+"""
+
+
+async def refresh_gauges(pool: asyncpg.Pool, metrics: ExtractorMetrics) -> None:
+    """Closed episodes waiting for their summary, and how long the oldest has waited."""
+    row = await pool.fetchrow(WAITING)
+    assert row is not None
+    metrics.waiting.set(int(row["n"]))
+    metrics.oldest_wait.set(float(row["age"]))

@@ -13,7 +13,9 @@ from prometheus_client import Histogram
 
 from services.query import edges, rpc
 from services.query.context.tools import HintCache
+from services.query.decision_guard import Rewrite
 from services.query.embedding import Resolver, default_resolver, embed_query
+from services.query.facts_service import has_trigram
 from services.query.mcp.http import mount as mount_mcp
 from services.query.routes import routers
 from services.query.settings import QuerySettings
@@ -21,6 +23,7 @@ from services.query.state import QueryState
 from services.query.supersede import register as register_supersession
 from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
+from shared.llm.jobs import build_extractor
 from shared.runtime import Runtime, add_ops_routes
 
 log = logging.getLogger(__name__)
@@ -38,7 +41,14 @@ def create_app(
     if settings.warm_up:
         rt.on_start.append(_warm_up(resolver, settings))
     register_supersession(rt)
-    state = QueryState.build(settings, resolver, rt.metrics.registry)
+    state = QueryState.build(
+        settings, resolver, rt.metrics.registry, rewrite=_decision_rewriter(settings, rt)
+    )
+
+    async def read_trigram(rt: Runtime) -> None:
+        state.trigram = await has_trigram(rt.pool)
+
+    rt.on_start.append(read_trigram)
     rpc.register(rt, state)
     # Swagger UI and ReDoc from the service's own files: /docs works offline
     app = FastAPIOffline(
@@ -48,7 +58,6 @@ def create_app(
         lifespan=rt.lifespan,
     )
     app.state.runtime = rt
-    app.state.settings = settings
     app.state.query = state
     app.state.hint_cache = HintCache()
     add_ops_routes(app, rt)
@@ -59,6 +68,21 @@ def create_app(
     mount_mcp(app, rt, max_body_bytes=settings.max_request_bytes)
     edges.install(app, max_request_bytes=settings.max_request_bytes)
     return app
+
+
+def _decision_rewriter(settings: QuerySettings, rt: Runtime) -> Rewrite | None:
+    """The language model's decision rewriter (its client closed on stop), or None."""
+    if not settings.llm_configured:
+        return None
+    extractor, client = build_extractor(settings)
+    if client is not None:
+
+        async def close(_: Runtime) -> None:
+            await client.aclose()
+
+        rt.on_stop.append(close)
+    rewrite: Rewrite = extractor.rewrite_decision
+    return rewrite
 
 
 def _warm_up(resolver: Resolver, settings: QuerySettings) -> Callable[[Runtime], Awaitable[None]]:

@@ -1,6 +1,7 @@
 """``context`` and ``episode_recall`` as LLM tools: schemas from the routes' models, one executor.
 
-The argument schemas are generated from :class:`ContextIn` and :class:`RecallIn`,
+The argument schemas are generated (``services.query.tool_specs``) from
+:class:`ContextIn` and :class:`RecallIn`,
 the request models of ``POST /v1/context`` and ``POST /v1/episodes/search``,
 and :func:`call_context_tool` runs the same use cases as those routes. The chat
 a context call is for is not the model's to choose, so ``chat`` is left out.
@@ -18,47 +19,34 @@ from services.query.context.models import ContextIn
 from services.query.context.tools import HintCache
 from services.query.episode_recall import RecallIn, recall
 from services.query.state import QueryState
+from services.query.tool_specs import ToolSpec, neutral
 from shared.errors import InvalidRequest
 from shared.memory.vectors import ModelEmbedder
 
-
-def _arguments_schema(model: type[BaseModel], *, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The model's JSON schema as tool parameters: no titles, without ``leave_out``."""
-    schema = model.model_json_schema()
-    props = {
-        name: {k: v for k, v in spec.items() if k != "title"}
-        for name, spec in schema["properties"].items()
-        if name not in leave_out
-    }
-    out: dict[str, Any] = {"type": "object", "properties": props}
-    required = [r for r in schema.get("required", []) if r not in leave_out]
-    if required:
-        out["required"] = required
-    return out
-
-
-CONTEXT_TOOL: dict[str, Any] = {
-    "name": "context",
-    "description": (
+CONTEXT = ToolSpec(
+    name="context",
+    description=(
         "The memory block to read before answering a message. policy=auto: relevant "
         "past messages, memories and known people; tools: how to use the memory tools "
         "and the themes in use; summary: the narrative summary of the user; sections: "
         "facts, recent episodes and procedures. token_budget caps its length."
     ),
-    "parameters": _arguments_schema(ContextIn, leave_out=("chat",)),
-}
+    model=ContextIn,
+    only=[f for f in ContextIn.model_fields if f != "chat"],
+)
 
-EPISODE_RECALL_TOOL: dict[str, Any] = {
-    "name": "episode_recall",
-    "description": (
+EPISODE_RECALL = ToolSpec(
+    name="episode_recall",
+    description=(
         "Find past conversations (episodes) by their summary, key points and topics; "
         "query '*' returns the newest."
     ),
-    "parameters": _arguments_schema(RecallIn),
-}
+    model=RecallIn,
+)
 
-CONTEXT_TOOLS = [CONTEXT_TOOL, EPISODE_RECALL_TOOL]
-NAMES = frozenset(t["name"] for t in CONTEXT_TOOLS)
+CONTEXT_SPECS = [CONTEXT, EPISODE_RECALL]
+CONTEXT_TOOLS = [neutral(s) for s in CONTEXT_SPECS]
+NAMES = frozenset(s.name for s in CONTEXT_SPECS)
 
 
 def _validate(model: type[BaseModel], args: dict[str, Any], tool: str) -> Any:

@@ -9,9 +9,9 @@ import asyncpg
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.query.recall import recall
-from shared.events import EmbedRequested, EmbedTarget, MemoryChanged
-from shared.memory.remember import MAX_DAYS, Chat, Fact, Remembered, remember
+from services.query.remember import MAX_DAYS, Fact, Remembered, remember
 from shared.memory.vectors import ModelEmbedder
+from shared.memory.writer import Chat, publish_written
 from shared.streams import Publisher
 
 Subjects = Annotated[
@@ -51,11 +51,18 @@ class RememberIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    content: Annotated[str, Field(min_length=1, max_length=10_000)] | None = None
-    facts: Annotated[list[FactIn], Field(max_length=100)] | None = None
-    subjects: Subjects = Field(default_factory=list)
-    expires_in_days: Days | None = None
-    shared: bool = False
+    content: Annotated[str, Field(min_length=1, max_length=10_000)] | None = Field(
+        default=None, description="A single fact to remember"
+    )
+    facts: Annotated[list[FactIn], Field(max_length=100)] | None = Field(
+        default=None, description="Batch multiple facts in one call (preferred)"
+    )
+    subjects: Subjects = Field(
+        default_factory=list,
+        description="Who this fact is about (e.g., ['Sarah'], ['my wife', 'John'])",
+    )
+    expires_in_days: Days | None = Field(default=None, description="Days until expiration")
+    shared: bool = Field(default=False, description="True for group/team facts")
     type: str = "fact"
     theme: Annotated[str, Field(min_length=1, max_length=100)] = "general"
     chat: ChatIn | None = Field(default=None, description="the chat this call happens in")
@@ -98,9 +105,9 @@ class RememberIn(BaseModel):
 class RecallIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: Annotated[str, Field(max_length=2_000)]
+    query: Annotated[str, Field(max_length=2_000, description="What to search for")]
     about: Annotated[str, Field(max_length=200)] | None = Field(
-        default=None, description="only memories about this person ('my wife', 'Sarah')"
+        default=None, description="Filter to person (e.g., 'my wife', 'Sarah')"
     )
     chat: ChatIn | None = None
     limit: Annotated[int, Field(ge=1, le=100)] = 5
@@ -145,8 +152,9 @@ async def do_remember(
     embedding_dim: int,
     actor: str,
 ) -> dict[str, Any]:
-    """Store, then publish: MemoryChanged for each new and superseded memory, and
-    EmbedRequested for those left pending (their supersession check follows)."""
+    """Store, then publish what the writer returns: MemoryChanged for each new and
+    superseded memory, and EmbedRequested for those left pending (their
+    supersession check follows)."""
     result = await remember(
         pool,
         user_id,
@@ -157,23 +165,8 @@ async def do_remember(
         source="user",
         actor=actor,
     )
-    events = [
-        MemoryChanged(memory_id=m.id, user_id=user_id, change="added") for m in result.memories
-    ]
-    events += [
-        MemoryChanged(memory_id=s, user_id=user_id, change="superseded") for s in result.superseded
-    ]
-    await pub.publish("memories", events)
-    if result.pending:
-        await pub.publish(
-            "embed",
-            [
-                EmbedRequested(
-                    user_id=user_id,
-                    targets=[EmbedTarget(kind="memory", id=str(i)) for i in result.pending],
-                )
-            ],
-        )
+    if result.written is not None:
+        await publish_written(pub, result.written)
     return remembered_json(result)
 
 

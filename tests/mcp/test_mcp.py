@@ -20,6 +20,8 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from services.query import toolbox
+from services.query.memory_tool_specs import MEMORY
+from services.query.tool_specs import neutral
 from shared.apikeys import create_key
 from tests.live import LiveQuery
 from tests.support import ROOT
@@ -67,7 +69,7 @@ async def exercise(client: Client, marker: str) -> None:
     assert [t.name for t in listed.tools] == TOOL_NAMES
     by_name = {t.name: t for t in listed.tools}
     # the schemas are the ones /v1/tools serves
-    assert by_name["memory"].input_schema == toolbox.MEMORY_TOOL["parameters"]
+    assert by_name["memory"].input_schema == neutral(MEMORY)["parameters"]
     assert "token_budget" in by_name["context"].input_schema["properties"]
 
     added = payload(

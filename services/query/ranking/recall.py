@@ -29,7 +29,7 @@ from services.query.ranking.specs import ASH_RECALL, MIN_MESSAGE_SIMILARITY
 from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.db import Executor
 from shared.embeddings import vector_index
-from shared.memory.remember import Chat
+from shared.memory.writer import Chat
 
 # Parameters shared by the memory statements:
 # $1 user, $2 query vector (or NULL), $3 query text, $4 chat provider, $5 chat id,

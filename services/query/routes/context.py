@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from services.query.auth import UserId
 from services.query.context.build import build_context
 from services.query.context.models import ContextIn, ContextOut
-from services.query.deps import Pool
+from services.query.deps import Pool, Settings
 from services.query.people_embedder import QueryEmbedder
 
 router = APIRouter(prefix="/v1", tags=["context"])
@@ -21,6 +21,7 @@ router = APIRouter(prefix="/v1", tags=["context"])
 async def context(
     body: ContextIn,
     request: Request,
+    settings: Settings,
     user_id: UserId,
     pool: Pool,
     embedder: QueryEmbedder,
@@ -30,6 +31,6 @@ async def context(
         user_id,
         body,
         embedder=embedder,
-        embedding_dim=int(request.app.state.settings.embedding_dim),
+        embedding_dim=settings.embedding_dim,
         hint_cache=request.app.state.hint_cache,
     )

@@ -8,9 +8,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from services.query import responses as R
 from services.query import toolbox
 from services.query.auth import UserId
-from services.query.routes.facts import trigram_available
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"])
 
@@ -56,19 +56,29 @@ async def tool_context(request: Request, user_id: str) -> toolbox.ToolContext:
         publisher=app_state.runtime.publisher,
         state=app_state.query,
         user_id=user_id,
-        trigram=await trigram_available(request, pool),
+        trigram=app_state.query.trigram,
         hint_cache=app_state.hint_cache,
     )
 
 
-@router.get("", summary="The memory tools in OpenAI and Anthropic function-calling formats")
+@router.get(
+    "",
+    summary="The memory tools in OpenAI and Anthropic function-calling formats",
+    response_model=R.ToolSchemasOut,
+    response_model_exclude_unset=True,
+)
 async def tools(
     format: Annotated[Literal["all", "openai", "anthropic"], Query()] = "all",
 ) -> dict[str, Any]:
     return toolbox.tool_schemas(format)
 
 
-@router.post("/call", summary="Run one tool call; errors come back readable for the model")
+@router.post(
+    "/call",
+    summary="Run one tool call; errors come back readable for the model",
+    response_model=R.ToolCallOut,
+    response_model_exclude_unset=True,
+)
 async def call(body: ToolCallIn, request: Request, user_id: UserId) -> dict[str, Any]:
     name, arguments = body.resolved()
     ctx = await tool_context(request, user_id)

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, status
 
+from services.query import responses as R
 from services.query.auth import Caller
 from services.query.deps import Pool
 from services.query.users_service import erase_user
@@ -13,7 +14,11 @@ from services.query.users_service import erase_user
 router = APIRouter(prefix="/v1/users", tags=["users"])
 
 
-@router.delete("/{user_id}", summary="Erase a user: every message, memory, vector, person, key")
+@router.delete(
+    "/{user_id}",
+    summary="Erase a user: every message, memory, vector, person, key",
+    response_model=R.ErasedOut,
+)
 async def erase(user_id: str, who: Caller, pool: Pool) -> dict[str, Any]:
     if not who.is_admin and who.user_id != user_id:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "this key cannot erase another user")
