@@ -32,7 +32,7 @@ import numpy as np
 
 from bench.common import bench_stack, percentiles, table, write_result
 from services.query.app import create_app
-from services.query.search import SearchParams
+from services.query.ranking.memories import SearchParams
 from services.query.settings import QuerySettings
 from shared.apikeys import create_key
 from shared.db import create_pool
@@ -242,7 +242,7 @@ async def run(settings: CommonSettings, args: argparse.Namespace) -> dict[str, A
                 if i >= 5:
                     samples.append(dt)
             results[name] = {"path": path, "bytes": len(r.content), **percentiles(samples)}
-        # the hybrid search alone (services/query/search.py), for comparison with its page
+        # the hybrid search alone (services/query/ranking/memories.py), for comparison with its page
         app_state = client._transport.app.state  # type: ignore[attr-defined]
         params_ = SearchParams(
             query="garden coffee Lisbon", limit=50, status="active", include_superseded=True

@@ -47,10 +47,10 @@ from bench.common import bench_postgres
 from engram_cli.embedded import EmbeddedRedis, free_port
 from services.query.context.auto import assemble_auto
 from services.query.context.models import ContextIn
+from services.query.recall import embed_query
 from shared.db import connect, create_pool
 from shared.embeddings import vector_index
 from shared.memory.people import resolve_person
-from shared.memory.recall import embed_query
 from shared.migrate import migrate
 
 RESULTS = Path(__file__).parent / "results" / "context.json"

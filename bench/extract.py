@@ -1,11 +1,14 @@
 """Extraction benchmark on the LoCoMo conversations (path as an argument; CC BY-NC, not copied).
 
-    python -m bench.extract PATH/TO/locomo10.json [--llm-episodes 20]
+    python -m bench.extract PATH/TO/locomo10.json [--llm-episodes 20] [--conversations 10]
 
-1. Offline extractor: episodes per second for summary + fact candidates + the
+1. Quality (``bench/extract_quality.py``): what the offline extractor learns from
+   each LoCoMo session through ingest's and the extractor's use cases on a real
+   PostgreSQL, against the dataset's observations and session summaries.
+2. Offline extractor: episodes per second for summary + fact candidates + the
    fact rules that need no database (secrets, relative dates), each LoCoMo
    session being one episode (speaker A is the "user", speaker B the other side).
-2. Language-model path: the real client and prompts against a *scripted*
+3. Language-model path: the real client and prompts against a *scripted*
    OpenAI-compatible server on loopback; it reports prompt tokens estimated as
    characters / 4 of the messages it receives and answers with fixed JSON, so
    the prompt side reflects engram's prompts and transcripts, the completion
@@ -33,12 +36,13 @@ from typing import Any
 
 from tqdm import tqdm
 
+from bench import extract_quality as quality
 from engram_cli.embedded import free_port
+from services.extractor.dates import resolve_relative_dates
 from shared.llm.client import OpenAIChatModel
 from shared.llm.jobs import LLMExtractor
 from shared.llm.offline import OfflineExtractor
 from shared.llm.transcript import Line, Transcript
-from shared.memory.dates import resolve_relative_dates
 from shared.memory.secrets import find_secret
 
 RESULTS = Path(__file__).parent / "results" / "extract.json"
@@ -195,38 +199,68 @@ def main() -> None:
     )
     parser.add_argument("--llm-episodes", type=int, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--conversations", type=int, default=None, help="quality on the first N (sample_id order)"
+    )
+    parser.add_argument(
+        "--samples", type=Path, default=None, help="write what was learned per session here"
+    )
+    parser.add_argument("--no-quality", action="store_true", help="speed and tokens only")
+    parser.add_argument("--quality-only", action="store_true", help="no speed or token runs")
     args = parser.parse_args()
     if not args.locomo.exists():
         parser.error(f"{args.locomo} not found (LoCoMo's locomo10.json)")
     episodes = load_episodes(args.locomo)
+    q: dict[str, Any] | None = None
+    if not args.no_quality:
+        convs = quality.load(args.locomo, args.conversations)
+        records, seconds = quality.learn(convs)
+        q = asyncio.run(quality.score(records, convs))
+        q["conversations"] = [c.sample_id for c in convs]
+        q["seconds"] = round(seconds, 1)
+        q["path"] = "ingest store_turns + extractor extract_episode (offline), real PostgreSQL"
+        if args.samples:  # holds LoCoMo text: keep it out of the repository
+            args.samples.write_text(json.dumps(records, indent=1, default=str) + "\n")
     result = {
         "dataset": str(args.locomo),
         "conversations": 10,
         "episodes": len(episodes),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "offline": asyncio.run(offline(episodes)),
-        "llm_scripted": asyncio.run(llm_path(episodes, args.llm_episodes)),
+        "quality": q,
     }
+    if args.quality_only:
+        result["offline"] = result["llm_scripted"] = None
+    else:
+        result["offline"] = asyncio.run(offline(episodes))
+        result["llm_scripted"] = asyncio.run(llm_path(episodes, args.llm_episodes))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     o, m = result["offline"], result["llm_scripted"]
-    print(f"\n{'measure':<46}{'value':>14}")
-    print("-" * 60)
-    for label, value in [
-        ("episodes (LoCoMo sessions)", o["episodes"]),
-        ("turns", o["turns"]),
-        ("offline episodes/s", o["episodes_per_s"]),
-        ("offline turns/s", o["turns_per_s"]),
-        ("offline ms/episode (mean)", o["mean_ms_per_episode"]),
-        ("offline ms/episode (p95)", o["p95_ms_per_episode"]),
-        ("offline fact candidates/episode", o["fact_candidates_per_episode"]),
-        ("offline candidates >= 0.6/episode", o["candidates_at_or_above_0.6_per_episode"]),
-        ("LLM path requests/episode (scripted)", m["requests_per_episode"]),
-        ("LLM path prompt tokens/episode (chars/4)", m["prompt_tokens_per_episode"]),
-        ("LLM path total tokens/episode (scripted)", m["tokens_per_episode_mean"]),
-    ]:
+    rows: list[tuple[str, Any]] = []
+    if o is not None and m is not None:
+        rows = [
+            ("episodes (LoCoMo sessions)", o["episodes"]),
+            ("turns", o["turns"]),
+            ("offline episodes/s", o["episodes_per_s"]),
+            ("offline turns/s", o["turns_per_s"]),
+            ("offline ms/episode (mean)", o["mean_ms_per_episode"]),
+            ("offline ms/episode (p95)", o["p95_ms_per_episode"]),
+            ("offline fact candidates/episode", o["fact_candidates_per_episode"]),
+            ("offline candidates >= 0.6/episode", o["candidates_at_or_above_0.6_per_episode"]),
+            ("LLM path requests/episode (scripted)", m["requests_per_episode"]),
+            ("LLM path prompt tokens/episode (chars/4)", m["prompt_tokens_per_episode"]),
+            ("LLM path total tokens/episode (scripted)", m["tokens_per_episode_mean"]),
+        ]
+        print(f"\n{'measure':<46}{'value':>14}")
+        print("-" * 60)
+    for label, value in rows:
         print(f"{label:<46}{value:>14}")
+    if q is not None:
+        print(f"\nquality ({len(q['conversations'])} conversations, {q['sessions']} sessions)")
+        print("-" * 60)
+        for label, key in quality.QUALITY_ROWS:
+            print(f"{label:<46}{json.dumps(q[key]):>14}")
     print(f"\nwritten to {args.out}")
 
 

@@ -48,12 +48,12 @@ sys.path.insert(0, str(ROOT))
 from bench.common import bench_postgres  # noqa: E402
 from engram_cli.embedded import EmbeddedRedis, free_port  # noqa: E402
 from services.query import memory_service as ms  # noqa: E402
-from services.query.search import (  # noqa: E402
-    ITERATIVE_SCAN,
+from services.query.ranking.memories import (  # noqa: E402
     SearchParams,
     search,
     uses_index,
 )
+from services.query.ranking.sql import walk_settings  # noqa: E402
 from shared.apikeys import create_key  # noqa: E402
 from shared.db import create_pool  # noqa: E402
 from shared.embeddings import vector_index  # noqa: E402
@@ -320,7 +320,7 @@ async def _bench(args: argparse.Namespace, settings: CommonSettings) -> dict[str
                 await conn.fetch(FLOOR_EXACT_SQL, user, vec)
                 return
             async with conn.transaction():
-                await conn.execute(ITERATIVE_SCAN)
+                await conn.execute(walk_settings())
                 await conn.fetch(FLOOR_SQL, user, vec)
 
     small_user = "bench-u0001"

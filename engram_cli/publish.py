@@ -4,6 +4,13 @@ Each line is one event. A line with ``"schema": "episode.started.v1"`` or
 ``"episode.closed.v1"`` goes to ``episodes``; anything else is a turn and goes
 to ``turns``. A line without ``event_id`` gets one derived from its content, so
 publishing the same file twice stores it once.
+
+A line that does not validate is skipped: the reason is printed, the line goes to
+the dead-letter list (``engram dead``) with it, and the exit status is 1 (0 with
+``--allow-skipped``). ``--strict`` stops at the first such line before anything
+is published, and also refuses fields the event does not know (consumers ignore
+them, so an event from a newer producer is never lost). A missing file is exit 2
+with a one-line message.
 """
 
 from __future__ import annotations
@@ -20,9 +27,9 @@ from pydantic import ValidationError
 
 from engram_cli.embedded import with_running_stack
 from shared.errors import InvalidEvent
-from shared.events import encode, episode_adapter, turn_adapter
+from shared.events import encode, episode_adapter, turn_adapter, unknown_fields
 from shared.settings import CommonSettings
-from shared.streams import Publisher
+from shared.streams import EVENT_FIELD, Publisher, dead_letter
 
 NAMESPACE = uuid.UUID("5b0c3d43-6f1e-4a53-9a55-3c1f6c0e7d21")
 
@@ -31,14 +38,20 @@ def derive_event_id(obj: dict[str, Any]) -> str:
     return str(uuid.uuid5(NAMESPACE, json.dumps(obj, sort_keys=True, default=str)))
 
 
-def parse_line(line: str, lineno: int) -> tuple[str, bytes]:
-    """Validate one line; return (stream, payload). Raises InvalidEvent with the line number."""
+def parse_line(line: str, lineno: int, *, strict: bool = False) -> tuple[str, bytes]:
+    """Validate one line; return (stream, payload). Raises InvalidEvent with the line number.
+
+    ``strict``: fields the event does not know are an error too."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InvalidEvent(f"line {lineno}: not JSON: {exc}") from exc
     if not isinstance(obj, dict):
         raise InvalidEvent(f"line {lineno}: expected a JSON object")
+    if strict:
+        unknown = unknown_fields(obj)
+        if unknown:
+            raise InvalidEvent(f"line {lineno}: unknown field(s): {', '.join(unknown)}")
     obj.setdefault("event_id", derive_event_id(obj))
     try:
         if str(obj.get("schema", "")).startswith("episode."):
@@ -51,48 +64,86 @@ def parse_line(line: str, lineno: int) -> tuple[str, bytes]:
         raise InvalidEvent(f"line {lineno}: {errs}") from exc
 
 
-async def publish_stream(settings: CommonSettings, source: TextIO, *, strict: bool) -> int:
+async def publish_stream(
+    settings: CommonSettings, source: TextIO, *, strict: bool, allow_skipped: bool = False
+) -> int:
+    """Publish every valid line; 0 when all lines were published, else 1 (skipped lines
+    are dead-lettered with their reason), or 0 with ``allow_skipped``."""
     batches: dict[str, list[bytes]] = {"turns": [], "episodes": []}
-    errors = 0
+    skipped: list[tuple[int, str, str]] = []
     for lineno, line in enumerate(source, 1):
         if not line.strip():
             continue
         try:
-            stream, payload = parse_line(line, lineno)
+            stream, payload = parse_line(line, lineno, strict=strict)
         except InvalidEvent as exc:
             if strict:
-                raise
+                print(f"engram publish: {exc}; nothing published (--strict)", file=sys.stderr)
+                return 1
             print(f"skipped {exc}", file=sys.stderr)
-            errors += 1
+            skipped.append((lineno, line.rstrip("\n"), str(exc)))
             continue
         batches[stream].append(payload)
     redis = aioredis.from_url(settings.require_redis_url())
     try:
         publisher = Publisher(redis, settings)
-        # Turns first, so an episode's close follows its turns.
+        # Turns first; ingest keeps per-chat order across the two streams either way
+        # (docs/contracts.md, "Episode closes").
         for stream in ("turns", "episodes"):
             for i in range(0, len(batches[stream]), 1000):
                 await publisher.publish_raw(stream, batches[stream][i : i + 1000])
+        for lineno, line, reason in skipped:
+            await dead_letter(
+                redis,
+                settings,
+                stream="",  # never published: nothing to replay it onto
+                group="engram publish",
+                entry_id=f"line {lineno}",
+                fields={EVENT_FIELD: line.encode(errors="replace")[:100_000]},
+                error=reason,
+                attempts=1,
+            )
     finally:
         await redis.aclose()
-    total = len(batches["turns"]) + len(batches["episodes"])
     print(
         f"published {len(batches['turns'])} turn(s) and {len(batches['episodes'])} "
-        f"episode event(s)" + (f"; {errors} line(s) skipped" if errors else "")
+        f"episode event(s)"
+        + (f"; {len(skipped)} line(s) skipped, see `engram dead`" if skipped else "")
     )
-    return 1 if errors and not total else 0
+    return 1 if skipped and not allow_skipped else 0
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = with_running_stack(CommonSettings())
+    source: TextIO
     if args.file == "-":
-        return asyncio.run(publish_stream(settings, sys.stdin, strict=args.strict))
-    with open(args.file, encoding="utf-8") as f:
-        return asyncio.run(publish_stream(settings, f, strict=args.strict))
+        source = sys.stdin
+    else:
+        try:
+            source = open(args.file, encoding="utf-8")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            print(f"engram publish: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+            return 2
+    try:
+        settings = with_running_stack(CommonSettings())
+        return asyncio.run(
+            publish_stream(settings, source, strict=args.strict, allow_skipped=args.allow_skipped)
+        )
+    finally:
+        if source is not sys.stdin:
+            source.close()
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("publish", help="publish JSON-lines turns / episode events")
     p.add_argument("file", nargs="?", default="-", help="a .jsonl file, or - for stdin")
-    p.add_argument("--strict", action="store_true", help="stop at the first invalid line")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse unknown fields too, and publish nothing if any line is invalid",
+    )
+    p.add_argument(
+        "--allow-skipped",
+        action="store_true",
+        help="exit 0 even when invalid lines were skipped (they are still dead-lettered)",
+    )
     p.set_defaults(func=run)

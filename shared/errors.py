@@ -3,12 +3,20 @@
 EngramError
 ├── ConfigError          settings that cannot work (bad URL, missing binary)
 ├── InfrastructureError  a server we depend on failed (PostgreSQL, Redis, a provider)
-│   └── ProviderError    an embedding or language-model endpoint failed
-│       └── ProviderUnavailable  timeouts, 429 and 5xx after retries: try again later
+│   └── ProviderError    an embedding or language-model endpoint refused: permanent
+│       └── ProviderUnavailable  timeouts, 429, 502-504 after retries: an outage
 ├── InvalidEvent         an event that cannot be parsed or validated: dead-letter it at once
 ├── InvalidModelOutput   a language model kept answering with output that breaks its schema
 ├── NotFound             the thing asked for does not exist for this user
 └── InvalidRequest       a caller's input breaks a rule (maps to HTTP 4xx)
+
+``retryable`` says whether trying the same work later can succeed: True for an
+outage (``InfrastructureError``, ``ProviderUnavailable``), False for a refusal
+(``ProviderError``: a 401, a 400, a 500 that keeps coming). Stream consumers decide
+by it (``shared.streams.FailurePolicy``): an outage waits with backoff and is never
+dead-lettered; a refusal counts attempts and is dead-lettered after
+``max_attempts``. A read path (search, recall) degrades on any
+``InfrastructureError``, refusal or outage alike.
 
 Driver errors are translated at the boundary with ``raise ... from exc``.
 """
@@ -16,6 +24,8 @@ Driver errors are translated at the boundary with ``raise ... from exc``.
 
 class EngramError(Exception):
     """Base of every error engram raises on purpose."""
+
+    retryable = False
 
 
 class ConfigError(EngramError):
@@ -25,13 +35,19 @@ class ConfigError(EngramError):
 class InfrastructureError(EngramError):
     """A server engram depends on failed."""
 
+    retryable = True
+
 
 class ProviderError(InfrastructureError):
-    """An embedding or language-model endpoint returned an error."""
+    """An embedding or language-model endpoint refused the request (permanent)."""
+
+    retryable = False
 
 
 class ProviderUnavailable(ProviderError):
     """The provider is down or throttling; the work should be retried later."""
+
+    retryable = True
 
 
 class InvalidEvent(EngramError):

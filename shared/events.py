@@ -3,28 +3,86 @@
 Every event is a frozen pydantic model with ``event_id`` (UUID, the idempotency
 key), ``schema`` (the event type and version, e.g. ``turn.v1``) and
 ``occurred_at``. A stream entry has one field, ``event``, holding the JSON.
-Events evolve additively: new optional fields, never renamed ones.
+Events evolve additively: new optional fields, never renamed ones. So consumers
+ignore fields they do not know (an event from a newer producer is stored, not
+dead-lettered); strictness lives at the platform boundary (``engram publish
+--strict`` refuses unknown fields, see :func:`unknown_fields`).
+
+What PostgreSQL would refuse is refused here, at parse time, so it is
+dead-lettered at once with its reason instead of failing a whole batch: a NUL
+byte or a lone surrogate in any text or JSON field (``content`` alone has its NUL
+bytes dropped), a time outside 1900-2199, a text or JSON value over its size cap.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 Role = Literal["user", "assistant", "tool", "system"]
 EmbedKind = Literal["message", "memory", "episode"]
 EmbedReason = Literal["new", "rebuild", "backfill", "retry"]
 
 
+EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+MAX_TURN_CHARS = 100_000
+"""The longest turn content ingest takes; a longer one is dead-lettered with the reason."""
+MAX_JSON_CHARS = 256_000
+"""``metadata``, ``tool_args``, ``tool_result`` are at most this long as JSON."""
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _bad_text(s: str) -> str | None:
+    if "\x00" in s:
+        return "contains a NUL byte (PostgreSQL cannot store it)"
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate (not valid UTF-8)"
+    return None
+
+
+def _check_value(name: str, value: Any) -> None:
+    """Refuse what PostgreSQL would refuse in a text or JSON value, naming the field."""
+    stack: list[tuple[str, Any]] = [(name, value)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, str):
+            problem = _bad_text(v)
+            if problem:
+                raise ValueError(f"{where} {problem}")
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                key = str(k)
+                problem = _bad_text(key)
+                if problem:
+                    raise ValueError(f"a key in {where} {problem}")
+                stack.append((f"{where}.{key[:40]}", item))
+        elif isinstance(v, list | tuple):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(v))
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{where} is {v} (JSON in PostgreSQL holds finite numbers only)")
+    if isinstance(value, dict | list) or (name == "tool_result" and value is not None):
+        size = len(json.dumps(value, default=str))
+        if size > MAX_JSON_CHARS:
+            raise ValueError(f"{name} is {size:,} characters as JSON; at most {MAX_JSON_CHARS:,}")
+    elif isinstance(value, str) and len(value) > MAX_TURN_CHARS:
+        raise ValueError(f"{name} is {len(value):,} characters; at most {MAX_TURN_CHARS:,}")
+
+
 class Event(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    # extra="ignore": an event from a newer producer (one more optional field) is
+    # read, not refused; `engram publish --strict` checks at the boundary.
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
     event_id: uuid.UUID = Field(default_factory=uuid.uuid4)
     occurred_at: datetime = Field(default_factory=_now)
@@ -33,11 +91,21 @@ class Event(BaseModel):
     @classmethod
     def _assume_utc(cls, v: datetime) -> datetime:
         # A time without a zone is read as UTC, so imported history keeps its date.
-        return v if v.tzinfo is not None else v.replace(tzinfo=UTC)
+        v = v if v.tzinfo is not None else v.replace(tzinfo=UTC)
+        if not EARLIEST <= v < LATEST:
+            raise ValueError(
+                f"{v.isoformat()} is outside {EARLIEST.year}-{LATEST.year - 1}; "
+                "a time that far off is a mistake"
+            )
+        return v
 
-
-MAX_TURN_CHARS = 100_000
-"""The longest turn content ingest takes; a longer one is dead-lettered with the reason."""
+    @model_validator(mode="after")
+    def _storable(self) -> Event:
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, str | dict | list) or name == "tool_result":
+                _check_value(name, value)
+        return self
 
 
 class TurnReceived(Event):
@@ -45,16 +113,16 @@ class TurnReceived(Event):
 
     schema_: Literal["turn.v1"] = Field(default="turn.v1", alias="schema")
     user_id: Annotated[str, Field(min_length=1, max_length=200)]
-    display_name: str | None = None
+    display_name: Annotated[str, Field(max_length=500)] | None = None
     provider: Annotated[str, Field(min_length=1, max_length=100)]
     chat_id: Annotated[str, Field(min_length=1, max_length=200)]
     episode_id: uuid.UUID | None = None
     role: Role
     content: Annotated[str, Field(max_length=MAX_TURN_CHARS)] = ""
-    tool_name: str | None = None
+    tool_name: Annotated[str, Field(max_length=200)] | None = None
     tool_args: dict[str, Any] | list[Any] | None = None
     tool_result: Any = None
-    external_message_id: str | None = None
+    external_message_id: Annotated[str, Field(max_length=500)] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("content")
@@ -70,7 +138,7 @@ class EpisodeStarted(Event):
     schema_: Literal["episode.started.v1"] = Field(default="episode.started.v1", alias="schema")
     episode_id: uuid.UUID
     user_id: Annotated[str, Field(min_length=1, max_length=200)]
-    display_name: str | None = None
+    display_name: Annotated[str, Field(max_length=500)] | None = None
     provider: Annotated[str, Field(min_length=1, max_length=100)]
     chat_id: Annotated[str, Field(min_length=1, max_length=200)]
     frame: str | None = None
@@ -92,7 +160,7 @@ EpisodeEvent = Annotated[EpisodeStarted | EpisodeClosed, Field(discriminator="sc
 
 
 class EmbedTarget(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     kind: EmbedKind
     id: str
@@ -135,6 +203,28 @@ episode_adapter: TypeAdapter[EpisodeStarted | EpisodeClosed] = TypeAdapter(Episo
 embed_adapter: TypeAdapter[EmbedRequested] = TypeAdapter(EmbedRequested)
 extract_adapter: TypeAdapter[ExtractRequested] = TypeAdapter(ExtractRequested)
 memory_adapter: TypeAdapter[MemoryChanged] = TypeAdapter(MemoryChanged)
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    "turn.v1": TurnReceived,
+    "episode.started.v1": EpisodeStarted,
+    "episode.closed.v1": EpisodeClosed,
+    "embed.requested.v1": EmbedRequested,
+    "extract.requested.v1": ExtractRequested,
+    "memory.changed.v1": MemoryChanged,
+}
+
+
+def unknown_fields(obj: dict[str, Any]) -> list[str]:
+    """Top-level fields of an event's JSON that its model does not know (a turn when
+    ``schema`` is missing). Consumers ignore them; ``engram publish --strict`` refuses."""
+    model = EVENT_TYPES.get(str(obj.get("schema", "turn.v1")), TurnReceived)
+    known = set()
+    for name, f in model.model_fields.items():
+        known.add(name)
+        if f.alias:
+            known.add(f.alias)
+    return sorted(k for k in obj if k not in known)
 
 
 def encode(event: Event) -> bytes:

@@ -60,5 +60,37 @@ class ServiceMetrics:
             ["stream"],
             registry=r,
         )
+        self.outage = Gauge(
+            "engram_consumer_outage",
+            "1 while the consumer waits out an outage (a server it needs is unreachable)",
+            ["stream"],
+            registry=r,
+        )
+        self.failures = Counter(
+            "engram_consumer_failures_total",
+            "Failed handlings by kind: outage (waits), refused (counts attempts), "
+            "data (dead-lettered at once)",
+            ["stream", "kind"],
+            registry=r,
+        )
+        self.stream_length = Gauge(
+            "engram_stream_length",
+            "Entries held in the stream (only entries every group acknowledged are trimmed)",
+            ["stream"],
+            registry=r,
+        )
+        self.over_cap = Gauge(
+            "engram_stream_over_cap",
+            "1 while the stream holds more than ENGRAM_STREAM_MAXLEN entries that are not "
+            "yet acknowledged by every group (nothing unread is trimmed: alarm)",
+            ["stream"],
+            registry=r,
+        )
+        self.consumers_removed = Counter(
+            "engram_consumers_removed_total",
+            "Idle consumers with nothing pending removed from their group",
+            ["stream"],
+            registry=r,
+        )
         self.up = Gauge("engram_up", "1 while the service runs", ["service"], registry=r)
         self.up.labels(service).set(1)

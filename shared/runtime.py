@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from shared.db import create_pool
 from shared.metrics import ServiceMetrics
 from shared.settings import CommonSettings
-from shared.streams import Handler, Publisher, StreamConsumer
+from shared.streams import FailurePolicy, Handler, Publisher, StreamConsumer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,6 +53,7 @@ class Runtime:
         self._pool: asyncpg.Pool | None = None
         self._redis: aioredis.Redis | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -78,8 +79,13 @@ class Runtime:
         batch: int | None = None,
         readers: int = 1,
         linger_ms: int = 0,
+        policy: FailurePolicy | None = None,
     ) -> StreamConsumer[T]:
         """Register a consumer group reader for ``stream`` (a logical name, e.g. ``turns``).
+
+        ``policy`` says how failures are treated (outage / data / refused, and
+        ``max_attempts``; see :class:`~shared.streams.FailurePolicy`); each service
+        declares it where it wires the consumer.
 
         ``readers`` > 1 keeps that many batches in flight in this process (each
         reader is its own consumer in the group), so database round trips overlap.
@@ -97,27 +103,39 @@ class Runtime:
             batch=batch,
             readers=readers,
             linger_ms=linger_ms,
+            policy=policy,
         )
         consumer.register(self.broker)
         self.consumers.append(consumer)
+
+        async def reclaim() -> None:
+            await consumer.reclaim()
+
+        self.every(consumer.reclaim_interval_s, reclaim)
         return consumer
 
     def every(self, seconds: float, job: Callable[[], Awaitable[None]]) -> None:
         """Run ``job`` periodically while the service runs; failures are logged, not fatal."""
 
         async def loop() -> None:
-            while True:
+            while not self._stopping:
                 try:
                     await job()
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # noqa: BLE001 - a periodic job must not kill the service
                     log.exception("%s: periodic job %s failed", self.service, job)
+                # A cancellation that arrived inside a client library and was swallowed
+                # there still ends the loop (stop() would otherwise wait on it forever).
+                task = asyncio.current_task()
+                if self._stopping or (task is not None and task.cancelling()):
+                    return
                 await asyncio.sleep(seconds)
 
         self.background.append(loop)
 
     async def start(self) -> None:
+        self._stopping = False
         s = self.settings
         self._pool = await create_pool(
             s.require_database_url(), min_size=s.db_pool_min, max_size=s.db_pool_max
@@ -133,6 +151,7 @@ class Runtime:
         self._tasks = [asyncio.create_task(job()) for job in self.background]
 
     async def stop(self) -> None:
+        self._stopping = True
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

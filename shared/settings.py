@@ -38,7 +38,12 @@ class CommonSettings(BaseSettings):
     )
     data_dir: Path = Field(default=Path(".engram"), description="where embedded servers keep data")
     stream_prefix: str = Field(default="engram:", description="prefix of every Redis stream")
-    stream_maxlen: int = Field(default=1_000_000, description="approximate cap of each stream")
+    stream_maxlen: int = Field(
+        default=1_000_000,
+        description="a stream longer than this is trimmed of the entries every group has "
+        "acknowledged (never of unread ones: engram_stream_over_cap alarms instead); "
+        "the dead-letter stream keeps about this many newest entries",
+    )
     embedding_dim: int = Field(default=384, description="dimension of the vector columns")
     embedded_pg_shared_buffers: str = Field(
         default_factory=lambda: default_shared_buffers(),
@@ -58,7 +63,18 @@ class CommonSettings(BaseSettings):
     consumer_batch: int = Field(default=500, description="entries read per XREADGROUP")
     consumer_block_ms: int = Field(default=200, description="how long a read blocks")
     claim_idle_ms: int = Field(default=30_000, description="pending this long = reclaimable")
-    max_attempts: int = Field(default=5, description="deliveries before dead-lettering")
+    max_attempts: int = Field(
+        default=5,
+        description="deliveries of an entry that keeps being refused (not an outage) "
+        "before it is dead-lettered",
+    )
+    reclaim_batch: int = Field(
+        default=200, description="idle pending entries taken over (XAUTOCLAIM) at once"
+    )
+    consumer_forget_ms: int = Field(
+        default=600_000,
+        description="a consumer idle this long with nothing pending is removed from its group",
+    )
     consumer_name: str | None = Field(
         default=None, description="unique per process; default host-pid"
     )

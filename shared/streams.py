@@ -6,15 +6,26 @@ Contract of a stream entry: one field, ``event``, holding an event's JSON
 - a normal FastStream reader (consumer group, batched XREADGROUP) hands a batch
   to the use case; entries are acknowledged only after the use case returns,
   i.e. after its database transaction committed;
-- a claiming reader (XAUTOCLAIM after ``claim_idle_ms``) takes over entries a
-  dead or stuck consumer left pending, with their delivery count; a consumer
-  still working on a batch resets its entries' idle time every third of that
-  window, so a slow batch is never taken over and run twice beside itself;
-- an entry that cannot be parsed goes to the ``dead`` stream at once; one that
-  fails ``max_attempts`` deliveries goes there with the last error; both are
-  then acknowledged so the consumer keeps going;
-- a batch that fails is retried entry by entry, so one bad entry never holds
-  back the good ones around it.
+- a reclaim loop (XAUTOCLAIM after ``claim_idle_ms``, ``reclaim_batch`` entries at
+  a time, with their delivery counts) takes over entries a dead or stuck consumer
+  left pending; a consumer still working on a batch resets its entries' idle time
+  every third of that window, so a slow batch is never taken over and run twice
+  beside itself; consumers idle for ``consumer_forget_ms`` with nothing pending
+  are removed from the group;
+- an entry that cannot be parsed goes to the ``dead`` stream at once and is
+  acknowledged at once (a slow batch never dead-letters it twice);
+- a failure is handled by the consumer's :class:`FailurePolicy` (declared where
+  the consumer is wired): an **outage** (a server unreachable, a timeout, a 429 or
+  503 after the provider client's retries) leaves the batch pending and waits
+  with backoff, shown on ``engram_consumer_outage``, never dead-lettered; a
+  **data** error (PostgreSQL refuses the entry: NUL byte, out-of-range value) is
+  isolated by bisecting the batch, O(log n) transactions per bad entry, and
+  dead-lettered at once; a **refusal** (a 401, invalid model output, anything
+  else) is isolated the same way and dead-lettered with its reason once the
+  entry has been delivered ``max_attempts`` times;
+- streams are never capped at XADD: entries every group has acknowledged are
+  trimmed once a stream is longer than ``stream_maxlen``; unread entries are
+  never trimmed (``engram_stream_over_cap`` alarms instead).
 """
 
 from __future__ import annotations
@@ -25,19 +36,18 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import asyncpg
 import redis.asyncio as aioredis
 from faststream import AckPolicy, Context
 from faststream.message import StreamMessage
 from faststream.redis import RedisBroker, StreamSub
-from faststream.redis.annotations import RedisStreamMessage
 from pydantic import TypeAdapter, ValidationError
 
-from shared.errors import InfrastructureError, InvalidEvent
+from shared.errors import EngramError, InfrastructureError, InvalidEvent
 from shared.events import Event, encode
 from shared.metrics import ServiceMetrics
 from shared.settings import CommonSettings
@@ -87,12 +97,9 @@ class Publisher:
             key = self._settings.stream(stream)
             keys.append(key)
             for event in events:
-                pipe.xadd(
-                    key,
-                    {EVENT_FIELD: encode(event)},
-                    maxlen=self._settings.stream_maxlen,
-                    approximate=True,
-                )
+                # No MAXLEN: only what every group acknowledged is ever trimmed
+                # (StreamConsumer.observe).
+                pipe.xadd(key, {EVENT_FIELD: encode(event)})
         if not len(pipe):
             return []
         try:
@@ -106,28 +113,82 @@ class Publisher:
         key = self._settings.stream(stream)
         pipe = self._redis.pipeline(transaction=False)
         for payload in payloads:
-            pipe.xadd(
-                key,
-                {EVENT_FIELD: payload},
-                maxlen=self._settings.stream_maxlen,
-                approximate=True,
-            )
-        ids = await pipe.execute()
+            pipe.xadd(key, {EVENT_FIELD: payload})
+        if not len(pipe):
+            return []
+        try:
+            ids = await pipe.execute()
+        except (aioredis.RedisError, OSError) as exc:
+            raise InfrastructureError(f"cannot publish to {key}: {exc}") from exc
         return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
 
 
-def _is_infrastructure(exc: BaseException) -> bool:
-    return isinstance(
-        exc,
-        InfrastructureError
-        | OSError
-        | asyncio.TimeoutError
-        | asyncpg.exceptions.InterfaceError
-        | asyncpg.exceptions.PostgresConnectionError
-        | asyncpg.exceptions.CannotConnectNowError
-        | asyncpg.exceptions.TooManyConnectionsError
-        | aioredis.ConnectionError,
-    )
+Failure = Literal["outage", "data", "refused"]
+
+OUTAGES: tuple[type[BaseException], ...] = (
+    OSError,  # refused / reset connections, TimeoutError
+    asyncio.TimeoutError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.OperatorInterventionError,  # admin shutdown, crash recovery
+    asyncpg.exceptions.TransactionRollbackError,  # deadlock, serialization failure
+    asyncpg.exceptions.QueryCanceledError,  # statement timeout
+    aioredis.ConnectionError,
+    aioredis.TimeoutError,
+)
+"""Failures that say nothing about the entry: a server is away or busy."""
+
+DATA_ERRORS: tuple[type[BaseException], ...] = (
+    InvalidEvent,
+    asyncpg.exceptions.DataError,  # 22xxx: NUL byte, value out of range, bad encoding
+    asyncpg.exceptions.IntegrityConstraintViolationError,  # 23xxx
+    asyncpg.exceptions.ProgramLimitExceededError,  # 54xxx: a value too large to index
+    UnicodeError,  # a lone surrogate cannot be sent to PostgreSQL
+    OverflowError,  # a date the driver cannot encode
+)
+"""Failures caused by the entry itself: the same entry fails the same way every time."""
+
+
+@dataclass(frozen=True)
+class FailurePolicy:
+    """How a consumer treats a failed batch, by retryability.
+
+    - ``outage``: wait with backoff, entries stay pending, never dead-lettered;
+    - ``data``: bisect to the bad entry, dead-letter it at once;
+    - ``refused``: bisect to the bad entry, dead-letter it when it has been
+      delivered ``max_attempts`` times (it stays pending until then and is
+      delivered again after ``claim_idle_ms``).
+
+    An :class:`~shared.errors.EngramError` says itself whether it is retryable
+    (``ProviderUnavailable`` yes, ``ProviderError`` for a 401 no); other
+    exceptions are matched against ``outages`` then ``data``; anything else is a
+    refusal."""
+
+    max_attempts: int
+    outages: tuple[type[BaseException], ...] = OUTAGES
+    data: tuple[type[BaseException], ...] = DATA_ERRORS
+
+    @classmethod
+    def default(cls, settings: CommonSettings, **overrides: Any) -> FailurePolicy:
+        return cls(max_attempts=settings.max_attempts, **overrides)
+
+    def classify(self, exc: BaseException) -> Failure:
+        if isinstance(exc, self.data):
+            return "data"
+        if isinstance(exc, EngramError):
+            return "outage" if exc.retryable else "refused"
+        if isinstance(exc, self.outages):
+            return "outage"
+        return "refused"
+
+
+class _Outage(Exception):
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class StreamConsumer(Generic[T]):
@@ -147,6 +208,7 @@ class StreamConsumer(Generic[T]):
         batch: int | None = None,
         readers: int = 1,
         linger_ms: int = 0,
+        policy: FailurePolicy | None = None,
     ) -> None:
         self.service = service
         self.readers = readers
@@ -161,7 +223,11 @@ class StreamConsumer(Generic[T]):
         self.settings = settings
         self.metrics = metrics
         self.batch = batch or settings.consumer_batch
+        self.policy = policy or FailurePolicy.default(settings)
         self.consumer = consumer_name(settings, service)
+        self.names = [
+            self.consumer if i == 0 else f"{self.consumer}-{i}" for i in range(self.readers)
+        ]
         self._backoff = 0.0
 
     async def ensure_group(self) -> None:
@@ -174,16 +240,15 @@ class StreamConsumer(Generic[T]):
                 raise
 
     def register(self, broker: RedisBroker) -> None:
-        """Attach the normal and the claiming reader to ``broker``.
-
-        Call :meth:`ensure_group` before the broker starts."""
-        names = [self.consumer if i == 0 else f"{self.consumer}-{i}" for i in range(self.readers)]
+        """Attach the normal readers to ``broker`` (the reclaim loop is :meth:`reclaim`,
+        run periodically by the runtime). Call :meth:`ensure_group` before the broker
+        starts."""
         readers = [
             broker.subscriber(
                 stream=StreamSub(
                     self.stream,
                     group=self.group,
-                    consumer=names[i],
+                    consumer=self.names[i],
                     batch=True,
                     max_records=self.batch,
                     polling_interval=self.settings.consumer_block_ms,
@@ -195,17 +260,6 @@ class StreamConsumer(Generic[T]):
             )
             for i in range(self.readers)
         ]
-        claimer = broker.subscriber(
-            stream=StreamSub(
-                self.stream,
-                group=self.group,
-                consumer=self.consumer,
-                min_idle_time=self.settings.claim_idle_ms,
-                polling_interval=max(self.settings.consumer_block_ms, 500),
-            ),
-            ack_policy=AckPolicy.MANUAL,
-            title=f"{self.service}:{self.stream_name}:reclaim",
-        )
 
         def batch_handler(name: str) -> Callable[..., Awaitable[None]]:
             async def on_batch(body: Any, msg: StreamMessage[Any] = _MESSAGE) -> None:
@@ -218,32 +272,88 @@ class StreamConsumer(Generic[T]):
 
             return on_batch
 
-        for reader, name in zip(readers, names, strict=True):
+        for reader, name in zip(readers, self.names, strict=True):
             reader(batch_handler(name))
 
-        @claimer
-        async def on_claimed(body: Any, msg: RedisStreamMessage) -> None:
-            raw = msg.raw_message
-            ids = [i.decode() if isinstance(i, bytes) else str(i) for i in raw["message_ids"]]
-            counts = raw.get("delivery_counts")
-            if counts:
-                attempts = int(counts[0])
-            else:
-                attempts = await msg.get_delivery_count()
-            self.metrics.reclaimed.labels(self.stream_name).inc(len(ids))
-            await self.process([(ids[0], raw["data"])], attempts=attempts, owner=self.consumer)
+    @property
+    def reclaim_interval_s(self) -> float:
+        return max(self.settings.claim_idle_ms / 2000, 0.2)
+
+    async def reclaim(self) -> int:
+        """Take over entries pending longer than ``claim_idle_ms`` (a dead or stuck
+        consumer's), ``reclaim_batch`` at a time with their delivery counts, and
+        handle them as a batch; then forget idle consumers. Returns entries taken."""
+        r = self._redis()
+        start = "0-0"
+        taken = 0
+        while True:
+            reply = await r.xautoclaim(
+                self.stream,
+                self.group,
+                self.consumer,
+                self.settings.claim_idle_ms,
+                start_id=start,
+                count=self.settings.reclaim_batch,
+            )
+            start = _id(reply[0])
+            entries = [(_id(i), f) for i, f in reply[1] if f is not None]
+            if entries:
+                taken += len(entries)
+                self.metrics.reclaimed.labels(self.stream_name).inc(len(entries))
+                counts = await r.xpending_range(
+                    self.stream,
+                    self.group,
+                    min=entries[0][0],
+                    max=entries[-1][0],
+                    count=len(entries) * 2,
+                    consumername=self.consumer,
+                )
+                attempts = {_id(c["message_id"]): int(c["times_delivered"]) for c in counts}
+                await self.process(entries, attempts=attempts, owner=self.consumer)
+            if start == "0-0" or not entries:
+                break
+        await self.forget_idle_consumers()
+        return taken
+
+    async def forget_idle_consumers(self) -> list[str]:
+        """Remove consumers of the group idle for ``consumer_forget_ms`` with nothing
+        pending (dead processes; a live one polls every ``consumer_block_ms`` and
+        would simply be created again on its next read)."""
+        r = self._redis()
+        removed = []
+        try:
+            consumers = await r.xinfo_consumers(self.stream, self.group)
+        except aioredis.ResponseError:
+            return []
+        for c in consumers:
+            name = _text(c.get("name"))
+            if name in self.names or int(c.get("pending") or 0):
+                continue
+            if int(c.get("idle") or 0) < self.settings.consumer_forget_ms:
+                continue
+            # DELCONSUMER drops the consumer's pending entries: only ever with none.
+            if int(await r.xgroup_delconsumer(self.stream, self.group, name)) == 0:
+                removed.append(name)
+        if removed:
+            self.metrics.consumers_removed.labels(self.stream_name).inc(len(removed))
+            log.info(
+                "%s: removed %d idle consumer(s) from %s", self.stream, len(removed), self.group
+            )
+        return removed
 
     async def process(
         self,
         entries: list[tuple[str, dict[bytes, bytes]]],
         *,
-        attempts: int | None,
+        attempts: dict[str, int] | None,
         owner: str | None = None,
     ) -> None:
-        """Parse, dead-letter the unparseable, hand the rest to the use case, ack what is done."""
+        """Parse, dead-letter the unparseable, hand the rest to the use case, ack what
+        is done; failures go by :attr:`policy`. ``attempts`` are the entries' delivery
+        counts (None: first delivery)."""
         started = time.perf_counter()
         good: list[Delivery[T]] = []
-        done: list[str] = []
+        unparseable: list[str] = []
         for entry_id, fields in entries:
             payload = fields.get(EVENT_FIELD)
             try:
@@ -251,36 +361,112 @@ class StreamConsumer(Generic[T]):
                     raise InvalidEvent(f"entry has no '{EVENT_FIELD.decode()}' field")
                 good.append(Delivery(entry_id, self.adapter.validate_json(payload)))
             except (ValidationError, InvalidEvent, ValueError) as exc:
-                await self.dead_letter(entry_id, fields, _describe(exc), attempts or 1)
-                done.append(entry_id)
-        if good:
-            keeper = (
-                asyncio.create_task(self._keep_claimed(owner, [d.entry_id for d in good]))
-                if owner is not None
-                else None
-            )
+                n = (attempts or {}).get(entry_id, 1)
+                await self.dead_letter(entry_id, fields, _describe(exc), n)
+                unparseable.append(entry_id)
+        # Acknowledged now: a slow batch must not leave them to be reclaimed and
+        # dead-lettered a second time.
+        await self._ack(unparseable)
+        if not good:
+            return
+        keeper = (
+            asyncio.create_task(self._keep_claimed(owner, [d.entry_id for d in good]))
+            if owner is not None
+            else None
+        )
+        done: list[str] = []
+        try:
             try:
-                try:
-                    rejected = await self.handle(good) or {}
-                finally:
-                    if keeper is not None:
-                        keeper.cancel()
+                rejected = await self.handle(good) or {}
+            except Exception as exc:  # noqa: BLE001 - every failure goes by the policy
+                await self._settle(good, exc, attempts or {}, done)
+            else:
                 await self._reject(good, rejected, attempts)
-                done.extend(d.entry_id for d in good)
+                done = [d.entry_id for d in good]
                 self.metrics.events.labels(self.stream_name, "ok").inc(len(good) - len(rejected))
-            except Exception as exc:  # noqa: BLE001 - every failure is counted and retried
-                if _is_infrastructure(exc):
-                    # PostgreSQL or Redis is away: leave the batch pending, slow down.
-                    self._backoff = min(max(self._backoff * 2, 0.5), 10.0)
-                    log.warning("%s: infrastructure error, retrying later: %s", self.stream, exc)
-                    self.metrics.events.labels(self.stream_name, "retry").inc(len(good))
-                    await self._ack(done)
-                    await asyncio.sleep(self._backoff)
-                    return
-                done.extend(await self._one_by_one(good, attempts, exc))
-        self._backoff = 0.0
-        await self._ack(done)
+        except _Outage as outage:
+            await self._wait_out(outage.cause)
+            return
+        finally:
+            if keeper is not None:
+                keeper.cancel()
+            await self._ack(done)
+        if self._backoff:
+            self._backoff = 0.0
+            self.metrics.outage.labels(self.stream_name).set(0)
         self.metrics.handler_seconds.labels(self.stream_name).observe(time.perf_counter() - started)
+
+    async def _wait_out(self, exc: BaseException) -> None:
+        """An outage: leave the entries pending and slow down (capped backoff)."""
+        self._backoff = min(max(self._backoff * 2, 0.5), 10.0)
+        self.metrics.outage.labels(self.stream_name).set(1)
+        self.metrics.failures.labels(self.stream_name, "outage").inc()
+        log.warning(
+            "%s: outage (%s: %s); retrying in %.1f s",
+            self.stream,
+            type(exc).__name__,
+            exc,
+            self._backoff,
+        )
+        await asyncio.sleep(self._backoff)
+
+    async def _settle(
+        self,
+        group: list[Delivery[T]],
+        exc: Exception,
+        attempts: dict[str, int],
+        finished: list[str],
+    ) -> None:
+        """``group`` failed with ``exc``: find the entries that cause it by halving
+        (O(log n) handlings per bad entry), store the rest; add the finished ids
+        (stored or dead-lettered) to ``finished``. Raises :class:`_Outage` when the
+        failure is an outage (what is not finished stays pending)."""
+        kind = self.policy.classify(exc)
+        if kind == "outage":
+            raise _Outage(exc)
+        if len(group) == 1:
+            finished += await self._settle_one(group[0], exc, kind, attempts)
+            return
+        log.info(
+            "%s: batch of %d failed (%s: %s); isolating the entry at fault",
+            self.stream,
+            len(group),
+            type(exc).__name__,
+            exc,
+        )
+        mid = len(group) // 2
+        for half in (group[:mid], group[mid:]):
+            try:
+                rejected = await self.handle(half) or {}
+            except Exception as sub:  # noqa: BLE001
+                await self._settle(half, sub, attempts, finished)
+                continue
+            await self._reject(half, rejected, attempts)
+            finished += [d.entry_id for d in half]
+            self.metrics.events.labels(self.stream_name, "ok").inc(len(half) - len(rejected))
+
+    async def _settle_one(
+        self, delivery: Delivery[T], exc: Exception, kind: Failure, attempts: dict[str, int]
+    ) -> list[str]:
+        n = attempts.get(delivery.entry_id, 1)
+        self.metrics.failures.labels(self.stream_name, kind).inc()
+        if kind == "data" or n >= self.policy.max_attempts:
+            payload = encode(delivery.event) if isinstance(delivery.event, Event) else b""
+            reason = _describe(exc)
+            if kind == "data":
+                reason = f"data refused: {reason}"
+            await self.dead_letter(delivery.entry_id, {EVENT_FIELD: payload}, reason, n)
+            return [delivery.entry_id]
+        log.warning(
+            "%s %s: delivery %d of %d refused, left pending: %s",
+            self.stream,
+            delivery.entry_id,
+            n,
+            self.policy.max_attempts,
+            exc,
+        )
+        self.metrics.events.labels(self.stream_name, "retry").inc()
+        return []
 
     async def _keep_claimed(self, owner: str, ids: list[str]) -> None:
         """While ``owner`` works on ``ids``, reset their idle time (XCLAIM to the same
@@ -301,71 +487,31 @@ class StreamConsumer(Generic[T]):
                     "%s: could not extend the claim on %d entries: %s", self.stream, len(ids), exc
                 )
 
-    async def _one_by_one(
-        self, good: list[Delivery[T]], attempts: int | None, batch_error: Exception
-    ) -> list[str]:
-        """Retry each entry alone; return the ids that are finished (stored or dead)."""
-        finished: list[str] = []
-        if len(good) > 1:
-            log.info(
-                "%s: batch of %d failed (%s); retrying one by one",
-                self.stream,
-                len(good),
-                batch_error,
-            )
-        for delivery in good:
-            try:
-                if len(good) > 1:
-                    rejected = await self.handle([delivery]) or {}
-                else:
-                    raise batch_error
-                await self._reject([delivery], rejected, attempts)
-                finished.append(delivery.entry_id)
-                if not rejected:
-                    self.metrics.events.labels(self.stream_name, "ok").inc()
-            except Exception as exc:  # noqa: BLE001
-                n = attempts or 1
-                if n >= self.settings.max_attempts:
-                    payload = encode(delivery.event) if isinstance(delivery.event, Event) else b""
-                    await self.dead_letter(
-                        delivery.entry_id, {EVENT_FIELD: payload}, _describe(exc), n
-                    )
-                    finished.append(delivery.entry_id)
-                else:
-                    log.warning(
-                        "%s %s: attempt %d failed: %s", self.stream, delivery.entry_id, n, exc
-                    )
-                    self.metrics.events.labels(self.stream_name, "retry").inc()
-        return finished
-
     async def _reject(
-        self, deliveries: Sequence[Delivery[T]], rejected: Rejections, attempts: int | None
+        self,
+        deliveries: Sequence[Delivery[T]],
+        rejected: Rejections,
+        attempts: dict[str, int] | None,
     ) -> None:
         for d in deliveries:
             reason = rejected.get(d.entry_id)
             if reason is not None:
                 payload = encode(d.event) if isinstance(d.event, Event) else b""
-                await self.dead_letter(d.entry_id, {EVENT_FIELD: payload}, reason, attempts or 1)
+                n = (attempts or {}).get(d.entry_id, 1)
+                await self.dead_letter(d.entry_id, {EVENT_FIELD: payload}, reason, n)
 
     async def dead_letter(
         self, entry_id: str, fields: dict[bytes, bytes], error: str, attempts: int
     ) -> None:
-        payload = fields.get(EVENT_FIELD)
-        if payload is None:
-            payload = repr({k: v for k, v in fields.items()}).encode()
-        await self._redis().xadd(
-            self.dead_stream,
-            {
-                b"stream": self.stream.encode(),
-                b"group": self.group.encode(),
-                b"entry_id": entry_id.encode(),
-                b"payload": payload,
-                b"error": error.encode()[:4000],
-                b"attempts": str(attempts).encode(),
-                b"at": datetime.now(UTC).isoformat().encode(),
-            },
-            maxlen=self.settings.stream_maxlen,
-            approximate=True,
+        await dead_letter(
+            self._redis(),
+            self.settings,
+            stream=self.stream,
+            group=self.group,
+            entry_id=entry_id,
+            fields=fields,
+            error=error,
+            attempts=attempts,
         )
         self.metrics.events.labels(self.stream_name, "dead").inc()
         self.metrics.dead_lettered.labels(self.stream_name).inc()
@@ -397,8 +543,7 @@ class StreamConsumer(Generic[T]):
             stream_items: list[Any] = list(reply or [])
             for _, items in stream_items:
                 for entry_id, fields in items:
-                    eid = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-                    got.append((eid, fields))
+                    got.append((_id(entry_id), fields))
         return got
 
     async def _ack(self, ids: list[str]) -> None:
@@ -406,20 +551,144 @@ class StreamConsumer(Generic[T]):
             await self._redis().xack(self.stream, self.group, *ids)
 
     async def observe(self) -> None:
-        """Refresh lag and pending gauges from XINFO GROUPS."""
-        try:
-            groups = await self._redis().xinfo_groups(self.stream)
-        except aioredis.ResponseError:
+        """Refresh the lag, pending and length gauges, and trim what every group has
+        acknowledged once the stream is longer than ``stream_maxlen``."""
+        state = await stream_state(self._redis(), self.stream)
+        if state is None:
             return
-        for g in groups:
-            name = g.get("name")
-            name = name.decode() if isinstance(name, bytes) else name
-            if name != self.group:
-                continue
-            self.metrics.pending.labels(self.stream_name).set(int(g.get("pending") or 0))
-            lag = g.get("lag")
-            if lag is not None:
-                self.metrics.lag.labels(self.stream_name).set(int(lag))
+        mine = state.groups.get(self.group)
+        if mine is not None:
+            self.metrics.pending.labels(self.stream_name).set(mine.pending)
+            self.metrics.lag.labels(self.stream_name).set(mine.lag)
+        length = state.length
+        if length > self.settings.stream_maxlen and state.groups:
+            trimmed = await trim_acknowledged(self._redis(), self.stream, state)
+            length -= trimmed
+        self.metrics.stream_length.labels(self.stream_name).set(length)
+        over = length > self.settings.stream_maxlen
+        self.metrics.over_cap.labels(self.stream_name).set(1 if over else 0)
+        if over:
+            log.warning(
+                "%s holds %d entries, more than ENGRAM_STREAM_MAXLEN=%d, not yet acknowledged "
+                "by every group; nothing unread is trimmed",
+                self.stream,
+                length,
+                self.settings.stream_maxlen,
+            )
+
+
+@dataclass
+class GroupState:
+    name: str
+    pending: int
+    lag: int
+    last_delivered: str
+    oldest_pending: str | None
+
+
+@dataclass
+class StreamState:
+    length: int
+    last_generated: str
+    groups: dict[str, GroupState] = field(default_factory=dict)
+
+
+def _id(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+async def stream_state(r: aioredis.Redis, stream: str) -> StreamState | None:
+    """Length, last id and each group's pending count, true lag and oldest pending id.
+
+    The lag Redis reports can be missing or stale (after a restart it was 42,297
+    with nothing waiting), so it is checked: a group whose last delivered id is the
+    stream's last id has lag 0; otherwise the entries after it are counted (up to
+    100,000) when Redis cannot say."""
+    try:
+        info = await r.xinfo_stream(stream)
+        groups = await r.xinfo_groups(stream)
+    except aioredis.ResponseError:
+        return None
+    state = StreamState(int(info.get("length") or 0), _id(info.get("last-generated-id") or "0-0"))
+    for g in groups:
+        name = _text(g.get("name"))
+        last = _id(g.get("last-delivered-id") or "0-0")
+        pending = int(g.get("pending") or 0)
+        oldest = None
+        if pending:
+            summary = await r.xpending(stream, name)
+            oldest = _id(summary["min"]) if summary.get("min") else None
+        if _id_key(last) >= _id_key(state.last_generated):
+            lag = 0
+        else:
+            reported = g.get("lag")
+            after = await r.xrange(stream, min=f"({last}", max="+", count=1)
+            if not after:
+                lag = 0
+            elif reported is not None and int(reported) > 0:
+                lag = int(reported)
+            else:
+                lag = len(await r.xrange(stream, min=f"({last}", max="+", count=100_000) or [])
+        state.groups[name] = GroupState(name, pending, lag, last, oldest)
+    return state
+
+
+async def trim_acknowledged(r: aioredis.Redis, stream: str, state: StreamState) -> int:
+    """XTRIM MINID below the oldest entry some group still needs (pending, or not
+    yet delivered); returns entries removed. Groups only move forward, so the
+    bound read here stays safe while the trim runs."""
+    bounds = []
+    for g in state.groups.values():
+        if g.oldest_pending is not None:
+            bounds.append(_id_key(g.oldest_pending))
+        ms, seq = _id_key(g.last_delivered)
+        bounds.append((ms, seq + 1))
+    if not bounds:
+        return 0
+    ms, seq = min(bounds)
+    return int(await r.xtrim(stream, minid=f"{ms}-{seq}", approximate=False))
+
+
+async def dead_letter(
+    r: aioredis.Redis,
+    settings: CommonSettings,
+    *,
+    stream: str,
+    group: str,
+    entry_id: str,
+    fields: dict[bytes, bytes],
+    error: str,
+    attempts: int,
+) -> None:
+    """Append an entry to the ``dead`` stream with the reason (also used by
+    ``engram publish`` for lines it skips). The dead stream has no consumer
+    group: it keeps about ``stream_maxlen`` newest entries."""
+    payload = fields.get(EVENT_FIELD)
+    if payload is None:
+        payload = repr({k: v for k, v in fields.items()}).encode()
+    await r.xadd(
+        settings.stream("dead"),
+        {
+            b"stream": stream.encode(),
+            b"group": group.encode(),
+            b"entry_id": entry_id.encode(),
+            b"payload": payload,
+            b"error": error.encode(errors="replace")[:4000],
+            b"attempts": str(attempts).encode(),
+            b"at": datetime.now(UTC).isoformat().encode(),
+        },
+        maxlen=settings.stream_maxlen,
+        approximate=True,
+    )
 
 
 async def _raw_batch(msg: Any) -> StreamMessage[Any]:

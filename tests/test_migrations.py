@@ -72,7 +72,7 @@ async def test_a_fresh_database_applies_every_file_in_number_order(infra):
     async with fresh_database(infra) as conn:
         applied = await migrate(conn, embedding_dim=384)
         assert applied == [m.version for m in load_migrations()]
-        assert applied[-1] == "0051_user_lexeme_index"
+        assert "0051_user_lexeme_index" in applied
         valid = await conn.fetchval(
             "SELECT indisvalid FROM pg_index WHERE indexrelid = "
             "'memory_items_user_lexemes_idx'::regclass"

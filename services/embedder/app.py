@@ -15,7 +15,7 @@ from shared.embeddings.providers import ProviderRegistry, preload
 from shared.embeddings.vector_index import Indexer
 from shared.events import EmbedRequested, embed_adapter
 from shared.runtime import Runtime, add_ops_routes
-from shared.streams import Delivery, Rejections
+from shared.streams import Delivery, FailurePolicy, Rejections
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,11 @@ def create_app(
         handle=on_embed,
         batch=settings.embed_read_batch,
         linger_ms=settings.embed_linger_ms,
+        # Provider failures never reach the stream: an outage leaves rows pending for
+        # the retry sweep, a refusal marks them error (services/embedder). What does:
+        # PostgreSQL or Redis away (wait with backoff), a data error (bisected out,
+        # dead-lettered at once), anything else (dead-lettered after max_attempts).
+        policy=FailurePolicy.default(settings),
     )
     rt.every(settings.embed_sweep_s, retry_due)
     rt.every(settings.vector_index_check_s, index_users)

@@ -17,7 +17,7 @@ from shared.llm.client import LLMMetrics, OpenAIChatModel
 from shared.llm.jobs import build_extractor
 from shared.memory.vectors import TextEmbedder
 from shared.runtime import Runtime, add_ops_routes
-from shared.streams import Delivery, Rejections
+from shared.streams import Delivery, FailurePolicy, Rejections
 
 
 def create_app(
@@ -69,14 +69,24 @@ def create_app(
             rt.pool, rt.publisher, idle=idle, batch=settings.sweep_batch, metrics=metrics
         )
 
+    async def gauges() -> None:
+        await service.refresh_gauges(rt.pool, metrics)
+
+    # Failure policy: an outage (the model server unreachable, timing out, 429 or
+    # 502-504 after the client's retries; PostgreSQL away) waits with backoff and is
+    # never dead-lettered; a refusal (HTTP 401/400, a 500 that keeps coming) is
+    # dead-lettered with its reason once delivered max_attempts times. Output that
+    # stays invalid is recorded on the episode (extraction_error), not retried.
     rt.consume(
         stream="extract",
         group="extractor",
         adapter=extract_adapter,
         handle=on_extract,
         batch=settings.extract_batch,
+        policy=FailurePolicy.default(settings),
     )
     rt.every(settings.sweep_interval_s, sweep)
+    rt.every(5.0, gauges)
 
     app = FastAPI(title="engram extractor", lifespan=rt.lifespan)
     app.state.runtime = rt

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class ExtractorMetrics:
@@ -24,4 +24,20 @@ class ExtractorMetrics:
             "Episodes the sweeper closed or asked to re-extract",
             ["kind"],
             registry=registry,
+        )
+        self.waiting = Gauge(
+            "engram_extract_backlog_episodes",
+            "Closed episodes waiting for extraction (closed or given late turns since)",
+            registry=registry,
+        )
+        self.oldest_wait = Gauge(
+            "engram_extract_oldest_wait_seconds",
+            "How long the oldest episode waiting for extraction has waited",
+            registry=registry,
+        )
+        self.close_to_summary = Histogram(
+            "engram_extract_close_to_summary_seconds",
+            "From an episode becoming due (its close, or a late turn) to its stored summary",
+            registry=registry,
+            buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
         )

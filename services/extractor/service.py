@@ -14,23 +14,26 @@ Guarantees:
 from __future__ import annotations
 
 import logging
+import re
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 
+from services.extractor.dates import resolve_relative_dates
+from services.extractor.facts import FactResult, apply_plan, plan_facts
 from services.extractor.metrics import ExtractorMetrics
+from services.extractor.narrative import regenerate_user_summary
 from shared.errors import EngramError, InvalidModelOutput
 from shared.events import EmbedRequested, EmbedTarget, ExtractRequested, MemoryChanged
 from shared.llm.jobs import Extractor
 from shared.llm.offline import summarize as offline_summary
 from shared.llm.schemas import EpisodeSummary
 from shared.llm.transcript import Transcript, from_messages
-from shared.memory.facts import FactResult, apply_plan, plan_facts
-from shared.memory.narrative import regenerate_user_summary
 from shared.memory.secrets import redact
 from shared.memory.vectors import TextEmbedder
 from shared.streams import Delivery, Publisher, Rejections
@@ -45,13 +48,14 @@ EmbedderFor = Callable[[str], Awaitable[TextEmbedder | None]]
 LOAD_EPISODE = """
 SELECT e.id, e.user_id, e.status, e.started_at, e.last_active_at, e.turn_count,
        e.extracted_at, e.extracted_turn_count, e.extraction_error,
-       coalesce(e.display_name, u.display_name) AS user_name
+       coalesce(e.display_name, u.display_name) AS user_name,
+       extract(epoch FROM now() - e.extract_due_since)::float8 AS waited_s
 FROM episodes e JOIN users u ON u.id = e.user_id
 WHERE e.id = $1 AND e.user_id = $2
 """
 
 LOAD_MESSAGES = """
-SELECT role, content, tool_name, tool_args, tool_result, display_name, occurred_at
+SELECT id, role, content, tool_name, tool_args, tool_result, display_name, occurred_at
 FROM messages WHERE episode_id = $1 AND user_id = $2
 ORDER BY occurred_at, id
 """
@@ -68,13 +72,17 @@ UPDATE episodes
 SET summary = $3, summary_text = $4, extracted_at = greatest(now(), last_active_at),
     extracted_turn_count = $5, extraction_error = $6,
     extract_due = turn_count IS DISTINCT FROM $5,
+    extract_due_since = CASE WHEN turn_count IS DISTINCT FROM $5 THEN extract_due_since END,
     embedding_state = 'pending', embedding_error = NULL, updated_at = now()
 WHERE id = $1 AND user_id = $2
 """
 
 RECORD_ERROR = """
 UPDATE episodes SET extraction_error = $3, extracted_turn_count = $4,
-                    extract_due = turn_count IS DISTINCT FROM $4, updated_at = now()
+                    extract_due = turn_count IS DISTINCT FROM $4,
+                    extract_due_since = CASE WHEN turn_count IS DISTINCT FROM $4
+                                             THEN extract_due_since END,
+                    updated_at = now()
 WHERE id = $1 AND user_id = $2
 """
 
@@ -84,8 +92,8 @@ DUE = """(e.turn_count IS DISTINCT FROM e.extracted_turn_count
 
 CLOSE_IDLE = """
 UPDATE episodes e
-SET status = 'closed', closed_at = e.last_active_at, extract_requested_at = now(),
-    extract_due = true,
+SET status = 'closed', closed_at = e.last_active_at, closed_by = 'stale',
+    extract_requested_at = now(), extract_due = true, extract_due_since = now(),
     updated_at = now()
 FROM (SELECT id FROM episodes
       WHERE status = 'open' AND last_active_at < now() - $1::interval
@@ -180,6 +188,7 @@ async def handle_requests(
 
 async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
     """Summarise the episode and learn its facts if it is due; return the outcome."""
+    started = time.perf_counter()
     async with x.pool.acquire() as conn:
         if await conn.fetchval(SEEN, CONSUMER, request.event_id):
             return "duplicate"
@@ -197,6 +206,7 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
 
     try:
         summary, method = await _summarize(x, transcript)
+        summary = _dated(summary, ep["started_at"])
     except InvalidModelOutput as exc:
         log.warning("episode %s: %s", request.episode_id, exc)
         async with x.pool.acquire() as conn, conn.transaction():
@@ -227,6 +237,10 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
         dim=x.dim,
     )
 
+    for fact in plan.store:  # each fact is linked to the message it was learned from
+        line = transcript.source_of(fact.source_context)
+        fact.source_message_id = line.message_id if line else None
+
     document = {
         **summary.model_dump(),
         "method": method,
@@ -255,8 +269,13 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
             extractor_name=x.extractor.name,
             heuristic=x.extractor.heuristic,
             limit=x.max_facts,
+            contradicts=x.extractor.contradicts,
         )
     _count_facts(x, result)
+    if x.metrics is not None and ep["waited_s"] is not None:
+        # From the moment the episode became due (closed, or a late turn) to its summary.
+        waited = float(ep["waited_s"]) + time.perf_counter() - started
+        x.metrics.close_to_summary.observe(waited)
     if result.changed:
         await _refresh_narrative(x, request.user_id)
     await _publish(x, request.user_id, request.episode_id, result)
@@ -268,6 +287,20 @@ async def _summarize(x: Extraction, transcript: Transcript) -> tuple[EpisodeSumm
         return _redacted(offline_summary(transcript)), "minimal"
     summary = await x.extractor.summarize(transcript)
     return _redacted(summary), ("heuristic" if x.extractor.heuristic else "llm")
+
+
+def _dated(s: EpisodeSummary, when: datetime) -> EpisodeSummary:
+    """Relative dates ("yesterday", "last week") as dates seen from the episode's start."""
+    return s.model_copy(
+        update={
+            "summary": _sentence_case(resolve_relative_dates(s.summary, when)),
+            "key_points": [_sentence_case(resolve_relative_dates(p, when)) for p in s.key_points],
+        }
+    )
+
+
+def _sentence_case(text: str) -> str:
+    return re.sub(r"(^|[.!?]\s+)([a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
 
 
 def _count_facts(x: Extraction, r: FactResult) -> None:
@@ -327,3 +360,17 @@ async def sweep(
         metrics.swept.labels("closed").inc(len(closed))
         metrics.swept.labels("requeued").inc(len(due))
     return requests
+
+
+WAITING = """
+SELECT count(*) AS n, coalesce(extract(epoch FROM now() - min(extract_due_since)), 0)::float8 AS age
+FROM episodes WHERE extract_due AND status = 'closed'
+"""
+
+
+async def refresh_gauges(pool: asyncpg.Pool, metrics: ExtractorMetrics) -> None:
+    """Closed episodes waiting for their summary, and how long the oldest has waited."""
+    row = await pool.fetchrow(WAITING)
+    assert row is not None
+    metrics.waiting.set(int(row["n"]))
+    metrics.oldest_wait.set(float(row["age"]))

@@ -11,7 +11,7 @@ from services.ingest import service
 from services.ingest.settings import IngestSettings
 from shared.events import EpisodeClosed, EpisodeStarted, TurnReceived, episode_adapter, turn_adapter
 from shared.runtime import Runtime, add_ops_routes
-from shared.streams import Delivery, Rejections
+from shared.streams import Delivery, FailurePolicy, Rejections
 
 
 def create_app(settings: IngestSettings | None = None) -> FastAPI:
@@ -27,14 +27,25 @@ def create_app(settings: IngestSettings | None = None) -> FastAPI:
     ) -> Rejections:
         return await service.handle_episode_events(rt.pool, rt.publisher, batch)
 
+    # Failure policy: an outage (PostgreSQL or Redis away) waits with backoff; a
+    # data error PostgreSQL raises for one entry is bisected out of its batch and
+    # dead-lettered at once; anything else is dead-lettered after max_attempts.
+    policy = FailurePolicy.default(settings)
     rt.consume(
         stream="turns",
         group="ingest",
         adapter=turn_adapter,
         handle=on_turns,
         readers=settings.turn_readers,
+        policy=policy,
     )
-    rt.consume(stream="episodes", group="ingest", adapter=episode_adapter, handle=on_episodes)
+    rt.consume(
+        stream="episodes",
+        group="ingest",
+        adapter=episode_adapter,
+        handle=on_episodes,
+        policy=policy,
+    )
 
     app = FastAPI(title="engram ingest", lifespan=rt.lifespan)
     app.state.runtime = rt

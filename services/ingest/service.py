@@ -2,7 +2,17 @@
 
 Guarantees: a turn is stored once per ``event_id`` (and once per platform
 message id); its time is ``occurred_at``; a turn whose episode is closed is
-still stored; a turn never lands in another user's episode.
+still stored (and its episode is asked to be extracted again); a turn never
+lands in another user's episode.
+
+Per-chat order across the ``turns`` and ``episodes`` streams (docs/contracts.md,
+"Episode closes") does not depend on which stream is read first: a close
+records its time. It closes the chat's episode that started at or before it, at
+the close's own ``occurred_at``, and later turns of the chat never join that
+episode; turns that arrive after it with an earlier ``occurred_at`` still do. A
+close that finds no episode yet is kept (``episode_closes``) and closes the
+episode its turns open when they arrive. Every episode that closes, however it
+closes (event, stale window inside a batch, sweeper), is asked to be extracted.
 """
 
 from __future__ import annotations
@@ -51,7 +61,8 @@ WHERE EXCLUDED.display_name IS NOT NULL
 # with no row has no episode at all.
 LATEST_EPISODES = """
 SELECT DISTINCT ON (e.user_id, e.provider, e.chat_id)
-       e.id, e.user_id, e.provider, e.chat_id, e.status, e.started_at, e.last_active_at
+       e.id, e.user_id, e.provider, e.chat_id, e.status, e.started_at, e.last_active_at,
+       e.closed_by, e.closed_at
 FROM episodes e
 JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(user_id, provider, chat_id)
   ON e.user_id = k.user_id AND e.provider = k.provider AND e.chat_id = k.chat_id
@@ -64,29 +75,45 @@ SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS k ORDER BY k
 
 EPISODE_OWNERS = "SELECT id, user_id FROM episodes WHERE id = ANY($1::uuid[])"
 
-# $7: open, or closed (an old turn that fits no episode of its chat: history).
+# closed_by NULL: open; 'event': closed by a kept close at $8; 'stale': an old turn
+# that fits no episode of its chat (history), closed at its last turn ($8).
 INSERT_EPISODES = """
 INSERT INTO episodes (id, user_id, display_name, provider, chat_id, started_at, last_active_at,
-                      status, closed_at, extract_due)
-SELECT u.id, u.user_id, u.display_name, u.provider, u.chat_id, u.at, u.at, u.status,
-       CASE WHEN u.status = 'closed' THEN u.at END, u.status = 'closed'
+                      status, closed_at, closed_by, extract_due, extract_due_since)
+SELECT u.id, u.user_id, u.display_name, u.provider, u.chat_id, u.at, u.at,
+       CASE WHEN u.closed_by IS NULL THEN 'open' ELSE 'closed' END, u.closed_at, u.closed_by,
+       u.closed_by IS NOT NULL, CASE WHEN u.closed_by IS NOT NULL THEN now() END
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
-            $7::text[]) AS u(id, user_id, display_name, provider, chat_id, at, status)
+            $7::text[], $8::timestamptz[])
+     AS u(id, user_id, display_name, provider, chat_id, at, closed_by, closed_at)
 ON CONFLICT (id) DO NOTHING
 """
 
-# The chat's episode whose time span (widened by the stale window) holds $4.
+# The chat's episode whose time span (widened by the stale window) holds $4; an
+# episode closed by an event never takes a turn later than its close.
 COVERING_EPISODE = """
-SELECT id, status, started_at, last_active_at FROM episodes
+SELECT id, status, started_at, last_active_at, closed_by, closed_at FROM episodes
 WHERE user_id = $1 AND provider = $2 AND chat_id = $3
   AND started_at - $5::interval <= $4 AND last_active_at + $5::interval >= $4
+  AND (closed_by IS DISTINCT FROM 'event' OR closed_at >= $4)
 ORDER BY (status = 'open') DESC, last_active_at DESC
 LIMIT 1
 """
 
+# Closes that found no episode yet, for the chats (or named episodes) of a batch.
+KEPT_CLOSES = """
+SELECT c.event_id, c.user_id, c.provider, c.chat_id, c.episode_id, c.closed_at
+FROM episode_closes c
+JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(user_id, provider, chat_id)
+  ON c.user_id = k.user_id AND c.provider = k.provider AND c.chat_id = k.chat_id
+ORDER BY c.closed_at
+"""
+
+DROP_CLOSES = "DELETE FROM episode_closes WHERE event_id = ANY($1::uuid[])"
+
 CLOSE_STALE = """
-UPDATE episodes SET status = 'closed', closed_at = last_active_at, extract_due = true,
-                    updated_at = now()
+UPDATE episodes SET status = 'closed', closed_at = last_active_at, closed_by = 'stale',
+                    extract_due = true, extract_due_since = now(), updated_at = now()
 WHERE id = ANY($1::uuid[]) AND status = 'open'
 RETURNING id, user_id
 """
@@ -107,17 +134,25 @@ SELECT id, user_id FROM messages
 WHERE event_id = ANY($1::uuid[]) AND embedding_state = 'pending'
 """
 
-# No index holds turn_count or last_active_at, so this is a HOT update (0041).
+# No index holds turn_count, last_active_at, closed_at or extract_due_since, so this
+# is a HOT update (0041). A stale-closed episode's close follows its last turn; a
+# turn stored in a closed episode makes it due for extraction again.
 TOUCH_EPISODES = """
 UPDATE episodes e
 SET turn_count = e.turn_count + u.n,
     last_active_at = greatest(e.last_active_at, u.last_at),
     started_at = least(e.started_at, u.first_at),
+    closed_at = CASE WHEN e.closed_by = 'stale'
+                     THEN greatest(e.closed_at, e.last_active_at, u.last_at)
+                     ELSE e.closed_at END,
+    extract_due_since = CASE WHEN e.status = 'closed' AND NOT e.extract_due THEN now()
+                             ELSE e.extract_due_since END,
     extract_due = e.extract_due OR e.status = 'closed',
     updated_at = now()
 FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::timestamptz[])
      AS u(id, n, first_at, last_at)
 WHERE e.id = u.id
+RETURNING e.id, e.user_id, e.status
 """
 
 
@@ -130,15 +165,24 @@ def _chat_lock(key: tuple[str, str, str]) -> int:
 
 @dataclass
 class _Span:
-    """An episode of one chat as planning sees it: its time span and whether it is open."""
+    """An episode of one chat as planning sees it: its time span, whether it is open,
+    and the time of the close event that closed it (no later turn joins it)."""
 
     id: uuid.UUID
     started_at: datetime
     last_active_at: datetime
     open: bool
+    cap: datetime | None = None
 
     def covers(self, t: datetime, window: timedelta) -> bool:
+        if self.cap is not None and t > self.cap:
+            return False
         return self.started_at - window <= t <= self.last_active_at + window
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> _Span:
+        cap = r["closed_at"] if r["closed_by"] == "event" else None
+        return cls(r["id"], r["started_at"], r["last_active_at"], r["status"] == "open", cap)
 
     def add(self, t: datetime) -> None:
         self.started_at = min(self.started_at, t)
@@ -159,6 +203,14 @@ class _Plan:
     new_episodes: dict[uuid.UUID, _NewEpisode] = field(default_factory=dict)
     stale: set[uuid.UUID] = field(default_factory=set)
     episode_of: dict[str, uuid.UUID] = field(default_factory=dict)
+    used_closes: set[uuid.UUID] = field(default_factory=set)
+
+
+@dataclass
+class _KeptClose:
+    event_id: uuid.UUID
+    episode_id: uuid.UUID | None
+    closed_at: datetime
 
 
 async def store_turns(
@@ -195,6 +247,9 @@ async def store_turns(
         if plan.new_episodes:
             ids = sorted(plan.new_episodes)
             rows = [plan.new_episodes[i] for i in ids]
+            closed_by = [
+                None if r.span.open else ("event" if r.span.cap else "stale") for r in rows
+            ]
             await conn.execute(
                 INSERT_EPISODES,
                 ids,
@@ -203,8 +258,11 @@ async def store_turns(
                 [r.provider for r in rows],
                 [r.chat_id for r in rows],
                 [r.span.started_at for r in rows],
-                ["open" if r.span.open else "closed" for r in rows],
+                closed_by,
+                [r.span.cap or r.span.last_active_at for r in rows],
             )
+        if plan.used_closes:
+            await conn.execute(DROP_CLOSES, list(plan.used_closes))
         if plan.stale:
             for row in await conn.fetch(CLOSE_STALE, list(plan.stale)):
                 extract.append(
@@ -234,13 +292,17 @@ async def store_turns(
             touched[row["episode_id"]].append(row["occurred_at"])
         if touched:
             ids = sorted(touched)
-            await conn.execute(
+            asked = {e.episode_id for e in extract}
+            for row in await conn.fetch(
                 TOUCH_EPISODES,
                 ids,
                 [len(touched[i]) for i in ids],
                 [min(touched[i]) for i in ids],
                 [max(touched[i]) for i in ids],
-            )
+            ):
+                # Closed in this batch, or a late turn re-arms a closed episode's summary.
+                if row["status"] == "closed" and row["id"] not in asked:
+                    extract.append(ExtractRequested(episode_id=row["id"], user_id=row["user_id"]))
         to_embed = [(r["id"], r["user_id"]) for r in inserted]
         if len(inserted) < len(kept):
             # Redelivered turns: ask again for any embedding still pending, in case the
@@ -275,6 +337,7 @@ async def _plan_episodes(
     if explicit:
         owners = {r["id"]: r["user_id"] for r in await conn.fetch(EPISODE_OWNERS, list(explicit))}
 
+    all_keys = sorted({(d.event.user_id, d.event.provider, d.event.chat_id) for d in batch})
     keys = sorted(
         {
             (d.event.user_id, d.event.provider, d.event.chat_id)
@@ -283,29 +346,40 @@ async def _plan_episodes(
         }
     )
     spans: dict[tuple[str, str, str], list[_Span]] = {k: [] for k in keys}
+    # Closes kept until their turns arrive: by chat (unnamed) and by named episode.
+    kept: dict[tuple[str, str, str], list[_KeptClose]] = defaultdict(list)
+    kept_named: dict[uuid.UUID, _KeptClose] = {}
+    # Consumers in the same group may hold turns of the same chat, and ingest's close
+    # handler works on the same chats: serialise per chat so two of them never open
+    # two episodes for it, and a close and its turns never miss each other.
+    await conn.execute(LOCK_CHATS, sorted({_chat_lock(k) for k in all_keys}))
+    for r in await conn.fetch(
+        KEPT_CLOSES, [k[0] for k in all_keys], [k[1] for k in all_keys], [k[2] for k in all_keys]
+    ):
+        close = _KeptClose(r["event_id"], r["episode_id"], r["closed_at"])
+        if close.episode_id is not None:
+            kept_named.setdefault(close.episode_id, close)
+        else:
+            kept[(r["user_id"], r["provider"], r["chat_id"])].append(close)
     if keys:
-        # Consumers in the same group may hold turns of the same chat: serialise per chat
-        # so two of them never open two episodes for it.
-        await conn.execute(LOCK_CHATS, sorted({_chat_lock(k) for k in keys}))
         for r in await conn.fetch(
             LATEST_EPISODES, [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]
         ):
             key = (r["user_id"], r["provider"], r["chat_id"])
-            spans[key].append(
-                _Span(r["id"], r["started_at"], r["last_active_at"], open=r["status"] == "open")
-            )
+            spans[key].append(_Span.of(r))
 
     for d in batch:
         ev = d.event
         if ev.episode_id is not None:
             owner = owners.get(ev.episode_id)
             if owner is None and ev.episode_id not in plan.new_episodes:
+                named_span = _Span(ev.episode_id, ev.occurred_at, ev.occurred_at, open=True)
+                named = kept_named.get(ev.episode_id)
+                if named is not None:
+                    named_span.open, named_span.cap = False, named.closed_at
+                    plan.used_closes.add(named.event_id)
                 plan.new_episodes[ev.episode_id] = _NewEpisode(
-                    ev.user_id,
-                    ev.display_name,
-                    ev.provider,
-                    ev.chat_id,
-                    _Span(ev.episode_id, ev.occurred_at, ev.occurred_at, open=True),
+                    ev.user_id, ev.display_name, ev.provider, ev.chat_id, named_span
                 )
                 owners[ev.episode_id] = ev.user_id
             elif owner is not None and owner != ev.user_id:
@@ -327,6 +401,13 @@ async def _plan_episodes(
                         if s.id not in plan.new_episodes:
                             plan.stale.add(s.id)
             span = _Span(uuid.uuid4(), ev.occurred_at, ev.occurred_at, open=later)
+            # A close that came before its turns: the first one at or after this turn
+            # closes the episode the turn opens.
+            kept_close = next((c for c in kept[key] if c.closed_at >= ev.occurred_at), None)
+            if kept_close is not None:
+                kept[key].remove(kept_close)
+                plan.used_closes.add(kept_close.event_id)
+                span.open, span.cap = False, kept_close.closed_at
             spans[key].append(span)
             plan.new_episodes[span.id] = _NewEpisode(
                 ev.user_id, ev.display_name, ev.provider, ev.chat_id, span
@@ -353,7 +434,7 @@ async def _span_for(
     row = await conn.fetchrow(COVERING_EPISODE, *key, t, window)
     if row is None or any(s.id == row["id"] for s in known):
         return None
-    span = _Span(row["id"], row["started_at"], row["last_active_at"], open=row["status"] == "open")
+    span = _Span.of(row)
     known.append(span)
     return span
 
@@ -383,6 +464,7 @@ async def handle_episode_events(
     async with pool.acquire() as conn, conn.transaction():
         for d in sorted(deliveries, key=lambda x: (x.event.occurred_at, x.entry_id)):
             ev = d.event
+            await conn.execute(LOCK_CHATS, [_chat_lock((ev.user_id, ev.provider, ev.chat_id))])
             first = await conn.fetchval(
                 """
                 INSERT INTO processed_events (event_id, consumer) VALUES ($1, $2)
@@ -397,12 +479,96 @@ async def handle_episode_events(
                     if reason:
                         rejected[d.entry_id] = reason
             else:
-                reason = await _close_episode(conn, ev, extract)
+                reason = await _close_episode(conn, ev, extract, first=bool(first))
                 if reason:
                     rejected[d.entry_id] = reason
     if extract:
         await publisher.publish("extract", extract)
     return rejected
+
+
+CLOSE_PREVIOUS = """
+UPDATE episodes SET status = 'closed', closed_at = $4, closed_by = 'started', extract_due = true,
+                    extract_due_since = now(), updated_at = now()
+WHERE user_id = $1 AND provider = $2 AND chat_id = $3 AND status = 'open'
+RETURNING id, user_id
+"""
+
+# The episode a close without an episode id closes: the chat's latest one that
+# started at or before the close.
+CLOSE_TARGET = """
+SELECT id, user_id, status, closed_by, closed_at, last_active_at FROM episodes
+WHERE user_id = $1 AND provider = $2 AND chat_id = $3 AND started_at <= $4
+ORDER BY started_at DESC
+LIMIT 1
+"""
+
+CLOSE_BY_EVENT = """
+UPDATE episodes
+SET status = 'closed', closed_at = $2, closed_by = 'event', extract_due = true,
+    extract_due_since = CASE WHEN extract_due THEN extract_due_since ELSE now() END,
+    updated_at = now()
+WHERE id = $1
+"""
+
+# Turns of a later session that joined the episode before its close was handled
+# (the close came after them) move to an episode of their own.
+SPLIT_LATER = """
+WITH moved AS (
+    UPDATE messages SET episode_id = $3
+    WHERE episode_id = $1 AND occurred_at > $2
+    RETURNING occurred_at
+)
+SELECT count(*) AS n, min(occurred_at) AS first_at, max(occurred_at) AS last_at FROM moved
+"""
+
+KEEP_CLOSE = """
+INSERT INTO episode_closes (event_id, user_id, provider, chat_id, episode_id, closed_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (event_id) DO NOTHING
+"""
+
+
+async def _split_after(conn: Conn, episode_id: uuid.UUID, closed_at: datetime) -> None:
+    """Move the turns later than the close out of the episode it closed, into a new
+    open episode of the same chat (the next session)."""
+    new_id = uuid.uuid4()
+    ep = await conn.fetchrow(
+        "SELECT user_id, display_name, provider, chat_id FROM episodes WHERE id = $1", episode_id
+    )
+    if ep is None:
+        return
+    await conn.execute(
+        """INSERT INTO episodes (id, user_id, display_name, provider, chat_id, started_at,
+                                 last_active_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $6)""",
+        new_id,
+        ep["user_id"],
+        ep["display_name"],
+        ep["provider"],
+        ep["chat_id"],
+        closed_at,
+    )
+    moved = await conn.fetchrow(SPLIT_LATER, episode_id, closed_at, new_id)
+    if moved is None or not moved["n"]:
+        await conn.execute("DELETE FROM episodes WHERE id = $1", new_id)
+        return
+    await conn.execute(
+        "UPDATE episodes SET started_at = $2, last_active_at = $3, turn_count = $4 WHERE id = $1",
+        new_id,
+        moved["first_at"],
+        moved["last_at"],
+        moved["n"],
+    )
+    await conn.execute(
+        """UPDATE episodes
+           SET turn_count = turn_count - $2,
+               last_active_at = coalesce(
+                   (SELECT max(occurred_at) FROM messages WHERE episode_id = $1), started_at)
+           WHERE id = $1""",
+        episode_id,
+        moved["n"],
+    )
 
 
 async def _start_episode(
@@ -414,16 +580,7 @@ async def _start_episode(
     await conn.execute(UPSERT_USERS, [ev.user_id], [ev.display_name])
     # A new session in a chat ends the chat's previous open one.
     for row in await conn.fetch(
-        """
-        UPDATE episodes SET status = 'closed', closed_at = $4, extract_due = true,
-                            updated_at = now()
-        WHERE user_id = $1 AND provider = $2 AND chat_id = $3 AND status = 'open'
-        RETURNING id, user_id
-        """,
-        ev.user_id,
-        ev.provider,
-        ev.chat_id,
-        ev.occurred_at,
+        CLOSE_PREVIOUS, ev.user_id, ev.provider, ev.chat_id, ev.occurred_at
     ):
         extract.append(ExtractRequested(episode_id=row["id"], user_id=row["user_id"]))
     await conn.execute(
@@ -442,47 +599,65 @@ async def _start_episode(
         ev.occurred_at,
         ev.metadata,
     )
+    # Its close may have come first.
+    kept = await conn.fetchrow(
+        "SELECT event_id, closed_at FROM episode_closes WHERE episode_id = $1 "
+        "ORDER BY closed_at LIMIT 1",
+        ev.episode_id,
+    )
+    if kept is not None:
+        await conn.execute(CLOSE_BY_EVENT, ev.episode_id, kept["closed_at"])
+        await conn.execute(DROP_CLOSES, [kept["event_id"]])
+        extract.append(ExtractRequested(episode_id=ev.episode_id, user_id=ev.user_id))
     return None
 
 
 async def _close_episode(
-    conn: Conn, ev: EpisodeClosed, extract: list[ExtractRequested]
+    conn: Conn,
+    ev: EpisodeClosed,
+    extract: list[ExtractRequested],
+    *,
+    first: bool,
 ) -> str | None:
+    """Close the episode the event names, else the chat's episode that started at or
+    before the close, at the close's ``occurred_at``. A close that finds no episode
+    yet is kept for the turns it closes (ingest reads ``turns`` and ``episodes``
+    independently, so it may be handled before them)."""
+    c = ev.occurred_at
+
+    async def keep() -> None:
+        if first:  # a redelivered close was kept (or used) the first time
+            await conn.execute(UPSERT_USERS, [ev.user_id], [None])
+            await conn.execute(
+                KEEP_CLOSE, ev.event_id, ev.user_id, ev.provider, ev.chat_id, ev.episode_id, c
+            )
+
     if ev.episode_id is not None:
         row = await conn.fetchrow(
-            "SELECT id, user_id, status FROM episodes WHERE id = $1", ev.episode_id
+            "SELECT id, user_id, status, closed_by, closed_at FROM episodes WHERE id = $1",
+            ev.episode_id,
         )
         if row is None:
-            return None  # nothing was said in it: nothing to close
+            await keep()
+            return None
         if row["user_id"] != ev.user_id:
             return f"episode {ev.episode_id} belongs to another user"
-        ids = [row["id"]]
     else:
-        ids = [
-            r["id"]
-            for r in await conn.fetch(
-                """
-                SELECT id FROM episodes
-                WHERE user_id = $1 AND provider = $2 AND chat_id = $3 AND status = 'open'
-                """,
-                ev.user_id,
-                ev.provider,
-                ev.chat_id,
-            )
-        ]
-    if not ids:
-        return None
-    await conn.execute(
-        """
-        UPDATE episodes
-        SET status = 'closed', closed_at = coalesce(closed_at, $2), extract_due = true,
-            updated_at = now()
-        WHERE id = ANY($1::uuid[]) AND status = 'open'
-        """,
-        ids,
-        ev.occurred_at,
-    )
+        row = await conn.fetchrow(CLOSE_TARGET, ev.user_id, ev.provider, ev.chat_id, c)
+        if row is None:
+            await keep()
+            return None
+        if row["closed_by"] == "event" and row["closed_at"] < c:
+            # That episode had its own close; this one closes a later session
+            # whose turns are still on their way.
+            await keep()
+            return None
+    if ev.episode_id is not None or row["closed_by"] != "event":
+        # (an unnamed close finding its episode already closed by an event at or
+        # after its time is a redelivery: nothing to change)
+        await conn.execute(CLOSE_BY_EVENT, row["id"], c)
+        if ev.episode_id is None:
+            await _split_after(conn, row["id"], c)
     # Asked again on a redelivery too: the extractor is idempotent.
-    for episode_id in ids:
-        extract.append(ExtractRequested(episode_id=episode_id, user_id=ev.user_id))
+    extract.append(ExtractRequested(episode_id=row["id"], user_id=ev.user_id))
     return None

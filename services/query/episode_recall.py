@@ -10,8 +10,8 @@ from typing import Any
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.query.ranking.episodes import recall_episodes
 from services.query.state import QueryState
-from shared.memory.episodes import recall_episodes
 
 
 class RecallIn(BaseModel):

@@ -1,10 +1,12 @@
 """Navi's facts: one value per (user, category, key), searched vector-first.
 
 Facts are ``memory_items`` rows of type ``fact`` with ``category`` and ``key``
-(theme = the category). Guarantees: ``save`` is an upsert on (user, namespace,
-category, key) and re-embeds only when the value changed; ``search`` takes
-vector matches within cosine distance 0.3 first, then trigram similarity
-(pg_trgm) or ILIKE; expired facts are never returned; every write is audited.
+(theme = the category). The list (and the summary's count) also holds the
+facts the extractor learned, which have no key (``shared.memory.known``).
+Guarantees: ``save`` is an upsert on (user, namespace, category, key) and
+re-embeds only when the value changed; ``search`` takes vector matches within
+cosine distance 0.3 first, then trigram similarity (pg_trgm) or ILIKE; expired
+facts are never returned; every write is audited.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from services.query.memory_service import ENSURE_USER, announce
 from services.query.schemas import CONFIDENCE_BY_SOURCE, DEFAULT_CONFIDENCE
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
+from shared.memory.known import LIVE_FACT
 from shared.memory.writer import AUDIT_ENTITY, NewItem, insert_items, publish_written, theme_slug
 from shared.streams import Publisher
 
@@ -73,14 +76,16 @@ RETURNING id, category
 LIST = """
 SELECT {columns}, count(*) OVER () AS total
 FROM memory_items
-WHERE ($1::text IS NULL OR user_id = $1) AND {live}
+WHERE ($1::text IS NULL OR user_id = $1) AND {listed}
   AND ($2::text IS NULL OR category ILIKE '%' || $2 || '%' OR key ILIKE '%' || $2 || '%'
        OR content ILIKE '%' || $2 || '%')
 ORDER BY {order} NULLS LAST, category, key, id
 LIMIT $3 OFFSET $4
 """
 LIST_STATEMENTS = {
-    (col, direction): LIST.format(columns=_FACT_COLUMNS, live=_LIVE, order=f"{col} {direction}")
+    (col, direction): LIST.format(
+        columns=_FACT_COLUMNS, listed=LIVE_FACT, order=f"{col} {direction}"
+    )
     for col in ("category", "key", "created_at", "updated_at", "confidence")
     for direction in ("asc", "desc")
 }
@@ -88,7 +93,7 @@ LIST_STATEMENTS = {
 GET_SUMMARY = "SELECT summary, fact_count, updated_at FROM user_summaries WHERE user_id = $1"
 SET_SUMMARY = f"""
 INSERT INTO user_summaries (user_id, summary, fact_count)
-VALUES ($1, $2, (SELECT count(*) FROM memory_items WHERE user_id = $1 AND {_LIVE}))
+VALUES ($1, $2, (SELECT count(*) FROM memory_items WHERE user_id = $1 AND {LIVE_FACT}))
 ON CONFLICT (user_id) DO UPDATE
 SET summary = EXCLUDED.summary, fact_count = EXCLUDED.fact_count, updated_at = now()
 RETURNING summary, fact_count, updated_at

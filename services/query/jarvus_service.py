@@ -15,7 +15,7 @@ from typing import Any, Literal
 import asyncpg
 
 from services.query import memory_service as ms
-from services.query.search import SearchParams
+from services.query.ranking.memories import SearchParams
 from services.query.state import QueryState
 from shared.db import audit
 from shared.errors import NotFound

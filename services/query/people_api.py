@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from services.query.recall import recall
 from services.query.remember import MAX_DAYS, Fact, Remembered, remember
-from shared.memory.recall import recall
 from shared.memory.vectors import ModelEmbedder
 from shared.memory.writer import Chat, publish_written
 from shared.streams import Publisher

@@ -148,8 +148,8 @@ class SavedFactOut(Out):
 class FactOut(Open):
     id: str
     user_id: str
-    category: str
-    key: str
+    category: str | None = Field(description="None only for a fact stored without one")
+    key: str | None = Field(description="None for a fact the extractor learned (no key)")
     value: str
     source: str | None
     confidence: float | None

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from services.query.search import MAX_LIMIT, SearchParams
+from services.query.ranking.memories import MAX_LIMIT, SearchParams
 from shared.memory.writer import MemoryType
 
 Text = Annotated[str, Field(max_length=20_000)]

@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from services.query.decision_guard import DecisionMetrics, Rewrite
 from services.query.embedding import Resolver, embed_query
-from services.query.message_search import MODES
-from services.query.search import SearchParams, SearchResult, search
+from services.query.ranking.memories import SearchParams, SearchResult, search
+from services.query.ranking.turns import MODES
 from services.query.settings import QuerySettings
 
 

@@ -10,7 +10,7 @@ import asyncpg
 from shared.events import MemoryChanged, memory_adapter
 from shared.memory.supersession import check_supersession
 from shared.runtime import Runtime
-from shared.streams import Delivery, Rejections
+from shared.streams import Delivery, FailurePolicy, Rejections
 
 GROUP = "supersession"
 
@@ -49,4 +49,6 @@ def register(rt: Runtime) -> None:
         group=GROUP,
         adapter=memory_adapter,
         handle=lambda batch: on_memories_changed(rt, batch),
+        # PostgreSQL or Redis away: wait; anything else: dead-lettered after max_attempts.
+        policy=FailurePolicy.default(rt.settings),
     )

@@ -2,18 +2,17 @@
 (native ``/api/embed``).
 
 One long-lived ``httpx.AsyncClient`` per endpoint (kept by a :class:`ProviderRegistry`),
-explicit timeouts, at most ``concurrency`` requests in flight per endpoint, and
-retries with exponential backoff only on timeouts, connection failures, 429 and
-5xx. After the retries a 429, 502/503/504, a timeout or a refused connection is
-``ProviderUnavailable`` (try later); anything else, including a 500 that keeps
-coming, is ``ProviderError`` carrying the provider's own message.
+explicit timeouts, at most ``concurrency`` requests in flight per endpoint, and the
+one retry policy and status table of ``shared.provider_http`` (a 429, 502/503/504,
+a timeout or a refused connection ends as ``ProviderUnavailable``, try later;
+anything else, including a 500 that keeps coming, is ``ProviderError`` carrying the
+provider's own message).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import random
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,9 +20,8 @@ from typing import Any
 
 import httpx
 
-from shared.errors import ProviderError, ProviderUnavailable
-
-UNAVAILABLE_STATUS = {429, 502, 503, 504}
+from shared.errors import ProviderError
+from shared.provider_http import RetryPolicy, post_with_retry
 
 
 @dataclass(frozen=True)
@@ -36,7 +34,7 @@ class HttpOptions:
 
 
 class HttpEndpoint:
-    """One provider base URL: a client, a concurrency limit and the retry policy."""
+    """One provider base URL: a client, a concurrency limit and the shared retry policy."""
 
     def __init__(
         self,
@@ -54,73 +52,31 @@ class HttpEndpoint:
             limits=httpx.Limits(max_connections=options.concurrency * 2),
         )
         self._slots = asyncio.Semaphore(options.concurrency)
+        self._policy = RetryPolicy(
+            retries=options.retries,
+            backoff_s=options.backoff_s,
+            max_backoff_s=options.max_backoff_s,
+        )
 
     async def post_json(self, path: str, body: dict[str, Any], *, api_key: str | None) -> Any:
-        """POST ``body``; the decoded JSON answer. Retries as described in the module doc."""
+        """POST ``body``; the decoded JSON answer (``shared.provider_http`` retries)."""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        last: str = ""
-        unavailable = True
-        retry_after: float | None = None
-        for attempt in range(self.options.retries + 1):
-            if attempt:
-                await asyncio.sleep(self._delay(attempt, retry_after))
-                retry_after = None
-            try:
-                async with self._slots:
-                    resp = await self._client.post(path, json=body, headers=headers)
-            except httpx.TimeoutException as exc:
-                last, unavailable = f"timed out after {self.options.timeout_s:g} s ({exc!r})", True
-                continue
-            except httpx.TransportError as exc:
-                last, unavailable = f"cannot reach {self.base_url}: {exc!r}", True
-                continue
-            if resp.status_code == 429 or resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}: {_message(resp)}"
-                unavailable = resp.status_code in UNAVAILABLE_STATUS
-                retry_after = _retry_after(resp)
-                continue
-            if resp.status_code >= 400:
-                raise ProviderError(f"HTTP {resp.status_code}: {_message(resp)}")
-            try:
-                return resp.json()
-            except json.JSONDecodeError as exc:
-                raise ProviderError(f"answer is not JSON: {resp.text[:200]!r}") from exc
-        tries = self.options.retries + 1
-        error = ProviderUnavailable if unavailable else ProviderError
-        raise error(f"{self.base_url}{path}: {last} (after {tries} attempts)")
-
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        base = self.options.backoff_s * 2 ** (attempt - 1)
-        delay = min(base, self.options.max_backoff_s) * (0.75 + random.random() / 2)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.options.max_backoff_s))
-        return float(delay)
+        resp = await post_with_retry(
+            self._client,
+            path,
+            body,
+            policy=self._policy,
+            slots=self._slots,
+            label=f"{self.base_url}{path}:",
+            headers=headers,
+        )
+        try:
+            return resp.json()
+        except json.JSONDecodeError as exc:
+            raise ProviderError(f"answer is not JSON: {resp.text[:200]!r}") from exc
 
     async def aclose(self) -> None:
         await self._client.aclose()
-
-
-def _retry_after(resp: httpx.Response) -> float | None:
-    value = resp.headers.get("retry-after")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-def _message(resp: httpx.Response) -> str:
-    """The provider's error text: OpenAI's ``error.message``, Ollama's ``error``, or the body."""
-    try:
-        data = resp.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return resp.text[:500] or resp.reason_phrase
-    if isinstance(data, dict):
-        err = data.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:500]
-        if isinstance(err, str):
-            return err[:500]
-    return resp.text[:500]
 
 
 def _vectors(raw: Any, expected: int) -> list[list[float]]:

@@ -6,9 +6,11 @@ What a caller may rely on:
 - output that is not valid JSON for the model is asked for again (with the
   validation error) up to ``invalid_retries`` times, then
   :class:`~shared.errors.InvalidModelOutput` is raised;
-- timeouts, connection errors, 429 and 5xx are retried with exponential backoff
-  (``Retry-After`` honoured, capped), then :class:`ProviderUnavailable` is raised;
-- other 4xx answers raise :class:`ProviderError` at once (a configuration problem);
+- HTTP failures follow the one policy and status table of ``shared.provider_http``:
+  timeouts, connection errors, 429 and 502-504 are retried with backoff, then
+  :class:`ProviderUnavailable` (an outage); a 500 that keeps coming is
+  :class:`ProviderError`; other 4xx answers raise :class:`ProviderError` at once
+  (a configuration problem such as a bad key);
 - token usage reported by the server is added to ``engram_llm_tokens_total``
   and to :attr:`OpenAIChatModel.usage`.
 """
@@ -18,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -27,14 +28,14 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ValidationError
 
-from shared.errors import InvalidModelOutput, ProviderError, ProviderUnavailable
+from shared.errors import InvalidModelOutput, ProviderError
 from shared.llm.settings import LLMSettings
+from shared.provider_http import RetryPolicy, post_with_retry
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
-MAX_BACKOFF_S = 20.0
 
 
 class ChatModel(Protocol):
@@ -106,12 +107,11 @@ class OpenAIChatModel:
             transport=transport,
         )
         self._model = model
-        self._max_retries = max_retries
+        self._policy = RetryPolicy(retries=max_retries, backoff_s=backoff_base_s)
         self._invalid_retries = invalid_retries
         self._json_mode = json_mode
         self._metrics = metrics
         self._slots = asyncio.Semaphore(max(1, concurrency))
-        self._backoff_base = backoff_base_s
         self.usage = Usage()
 
     @classmethod
@@ -180,35 +180,16 @@ class OpenAIChatModel:
         body: dict[str, Any] = {"model": self._model, "messages": messages, "temperature": 0}
         if self._json_mode:
             body["response_format"] = {"type": "json_object"}
-        attempt = 0
-        while True:
-            wait: float | None = None
-            try:
-                async with self._slots:
-                    resp = await self._client.post("chat/completions", json=body)
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            else:
-                if resp.status_code == 200:
-                    return self._content(resp, purpose)
-                problem = f"HTTP {resp.status_code}: {resp.text[:300]}"
-                if resp.status_code != 429 and resp.status_code < 500:
-                    self._count(purpose, "error")
-                    raise ProviderError(
-                        f"{purpose}: chat completions refused the request: {problem}"
-                    )
-                wait = _retry_after(resp)
-            if attempt >= self._max_retries:
-                self._count(purpose, "unavailable")
-                raise ProviderUnavailable(
-                    f"{purpose}: chat completions failed after {attempt + 1} attempt(s): {problem}"
-                )
-            self._count(purpose, "retry")
-            delay = wait if wait is not None else self._backoff_base * (2**attempt)
-            delay = min(delay, MAX_BACKOFF_S) * (1 + random.random() * 0.1)
-            log.info("%s: %s; retrying in %.2fs", purpose, problem, delay)
-            await asyncio.sleep(delay)
-            attempt += 1
+        resp = await post_with_retry(
+            self._client,
+            "chat/completions",
+            body,
+            policy=self._policy,
+            slots=self._slots,
+            label=f"{purpose}: chat completions:",
+            observe=lambda outcome: self._count(purpose, outcome),
+        )
+        return self._content(resp, purpose)
 
     def _content(self, resp: httpx.Response, purpose: str) -> str:
         try:
@@ -240,16 +221,6 @@ def parse_json_output(text: str, schema: type[M]) -> M:
     m = _FENCE.match(text)
     raw = m.group(1) if m else text.strip()
     return schema.model_validate_json(raw)
-
-
-def _retry_after(resp: httpx.Response) -> float | None:
-    value = resp.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
 
 
 def _short_error(exc: Exception) -> str:

@@ -18,6 +18,7 @@ import httpx
 from shared.llm.client import ChatModel, LLMMetrics, OpenAIChatModel
 from shared.llm.offline import OfflineExtractor
 from shared.llm.schemas import (
+    Contradiction,
     DecisionRewrite,
     EpisodeSummary,
     Equivalence,
@@ -45,6 +46,10 @@ class Extractor(Protocol):
     ) -> list[FactCandidate]: ...
 
     async def same_fact(self, a: str, b: str) -> bool: ...
+
+    async def contradicts(self, older: str, newer: str) -> bool | None:
+        """Whether ``newer`` replaces ``older``; None when this extractor cannot tell."""
+        ...
 
     async def narrative(self, user_name: str, facts: Sequence[str]) -> str: ...
 
@@ -125,6 +130,17 @@ B: {b}
 
 Return JSON: {{"same": true|false, "reason": "<one short sentence>"}}"""
 
+CONTRADICT_PROMPT = """Two statements about the same person or thing, the second one newer. \
+Does the newer one contradict the older one, so that the older one is no longer true (the \
+same attribute with another value, such as a new favourite colour, a move to another city, \
+a liking that became a dislike)? Statements that add information, say the same thing in \
+other words, or are about different things do not contradict.
+
+Older: {older}
+Newer: {newer}
+
+Return JSON: {{"contradicts": true|false, "reason": "<one short sentence>"}}"""
+
 NARRATIVE_PROMPT = """Write a short narrative summary (at most 150 words) of what is known \
 about {user}, from these facts. Mention only what the facts say.
 
@@ -187,6 +203,15 @@ class LLMExtractor:
             purpose="equivalence",
         )
         return answer.same
+
+    async def contradicts(self, older: str, newer: str) -> bool | None:
+        answer = await self.model.complete_json(
+            system=SYSTEM,
+            user=CONTRADICT_PROMPT.format(older=older, newer=newer),
+            schema=Contradiction,
+            purpose="contradiction",
+        )
+        return answer.contradicts
 
     async def narrative(self, user_name: str, facts: Sequence[str]) -> str:
         answer = await self.model.complete_json(

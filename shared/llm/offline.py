@@ -51,7 +51,10 @@ neighbour mentor kid child baby dog cat
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]+")
 _SENT = re.compile(r"(?<=[.!?])\s+|\n+")
-_GREETING = re.compile(r"(?i)^(hi|hello|hey|good (morning|afternoon|evening)|yo|thanks|ok)\b")
+_GREETING = re.compile(
+    r"(?i)^(hi|hello|hey|hiya|good (morning|afternoon|evening|luck)|yo|thanks|thank you|ok|"
+    r"long time|congrat\w*|bye|see you|take care|woo+hoo+|wow)\b"
+)
 _HEDGE = re.compile(r"(?i)\b(maybe|might|i think|i guess|probably|not sure|kind of|sort of)\b")
 _CLAUSE_END = re.compile(r"[.;!?]|,\s|\s(?:but|because|since|although|though|so that)\s")
 _NAME = r"((?-i:[A-Z][a-z]+(?:\s[A-Z][a-z]+)?))"
@@ -73,10 +76,86 @@ _VERB3 = {
     "'d": "would",
 }
 
+# Verbs that stay as they are after a third-person subject: past tenses and modals.
+_UNCHANGED = frozenset(
+    """
+went got had was made took saw found felt did bought ran came gave left met began thought
+told said knew wrote won lost sold kept spent built brought taught caught heard held became
+grew drew flew threw wore swam sang rode drove ate fell broke chose forgot understood
+stood sat spoke struck swore tore wept bit hid lit shot slept slid spun stuck swept swung
+woke overcame forgave began rang sank stole wound paid laid lent sent spent dealt meant
+can could will would should might must may shall never always also just often usually
+""".split()
+)
+
 CONF_EXPLICIT = 0.75
 CONF_STATEMENT = 0.7
 CONF_PATTERN = 0.65
 CONF_HEDGED = 0.5
+
+ASSISTANT = "Assistant"  # the speaker of an assistant line without a display name
+
+# Hard limits of the summary, by construction (the schema allows more).
+TITLE_WORDS = 10
+TITLE_CHARS = 120
+SUMMARY_WORDS = 150
+SUMMARY_CHARS = 1_200
+KEY_POINT_CHARS = 240
+TOPIC_CHARS = 30
+LINE_CHARS = 4_000  # of each turn, what is read (a 3 MB turn is read as its head)
+FACT_WORDS = 30
+
+NOT_TOPICS = frozenset(
+    """
+take taking took taken give giving gave get getting come coming came keep keeping kept
+start starting started try trying tried find found put bring brought call called ask asked
+big small little huge tiny large last next first second third best better worse worst bad
+nice happy sad excited proud sure true real whole own other another every each same different
+old young long short high low hard easy early late recent recently lately ago soon
+super truly totally absolutely really quite bit lots tons part kinda gonna wanna gotta
+special important awesome wonderful beautiful incredible fantastic lovely sweet cute
+guys folks people someone somebody everyone everybody anyone stuff ones idea ideas
+mean means meant hear heard talk talking talked chat chatting chatted share shares shared
+image photo picture pic pics glad thanks thank hope hoping hoped wish wishing wished
+feel feels felt glad mind minds moment moments life lives experience experiences
+chance chances step steps journey place places part parts kind kinds lot lots bit
+inspiring inspire inspired together tough difference making wait appreciate around must
+helps help helping stay staying positive negative others other wonder wonders amazing
+keep keeps tho though anyway yeah yep hey awesome seriously literally basically enjoy
+enjoyed enjoying enjoys loves loving lovely doing going getting trying feeling having
+coming working looking thinking taking giving seeing saying telling hearing
+everything anything nothing something sounds sound good great fine okay crazy wild
+since years months weeks hours minutes ago till until whenever lately
+""".split()
+)
+
+VERBS = frozenset(
+    """
+take go do get make look think try feel have come work keep say see want need let find put
+bring call ask tell know mean hear talk chat share hope wish give start plan plans inspire
+help stay wait appreciate move love enjoy live care manage handle push deal check set
+""".split()
+)
+
+_INTERJECTION = re.compile(
+    r"(?i)^(?:(?:yeah|yes|yep|oh|ooh|wow|whoa|well|so|haha|hah|hey|hi|hello|um|uh|and|but|"
+    r"also|plus|actually|honestly|lol|aw+|ah|omg|ok|okay|totally|true|nice|cool|"
+    r"thanks|thank you|ha)\b[,!.]*\s*)+"
+)
+_REACTION = re.compile(
+    r"(?i)^(?:I|I'm|I am)\s+(?:so |really |totally |just |also |truly |completely )*"
+    r"(?:think|guess|hope|bet|agree|know|mean|see|understand|appreciate|wish|wonder|believe|"
+    r"feel like|can't wait|can imagine|can't imagine|can tell|remember when|love that|"
+    r"like that|admire|'m (?:sure|glad|sorry|happy for|proud of|thrilled for|here for)|"
+    r"am (?:sure|glad|sorry|happy for|proud of))\b|^(?:that|this|it)(?:'s| is| was| sounds)\b"
+)
+_FIRST_PERSON = re.compile(
+    r"^(?:(?:last|this|next) (?:week|weekend|month|year|night|summer|fall|winter|spring|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)|yesterday|today|recently|"
+    r"lately|a few (?:days|weeks|months) ago|(?:two|three|a couple of) (?:days|weeks) ago),?\s+"
+    r"|^(?=I\b|I'|My\b)",
+    re.I,
+)
 
 
 def words(text: str) -> list[str]:
@@ -87,13 +166,35 @@ def content_words(text: str) -> list[str]:
     return [w for w in words(text) if len(w) > 2 and w not in STOPWORDS]
 
 
+def _head(text: str) -> str:
+    return text[:LINE_CHARS]
+
+
 def _sentences(line: Line) -> list[str]:
-    return [s.strip() for s in _SENT.split(line.text) if len(s.strip()) > 1]
+    return [s.strip() for s in _SENT.split(_head(line.text)) if len(s.strip()) > 1]
+
+
+def _clip_chars(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
 
 
 def _clip_words(text: str, n: int) -> str:
     parts = text.split()
     return " ".join(parts[:n]) + ("…" if len(parts) > n else "")
+
+
+def _clip_title(text: str) -> str:
+    title = _clip_chars(_clip_words(" ".join(text.split()), TITLE_WORDS), TITLE_CHARS)
+    return title or "Conversation"
+
+
+def _strip_interjections(s: str, names: Sequence[str] = ()) -> str:
+    """Without leading "Yeah, so ..." and a leading address ("Mel, ...")."""
+    out = _INTERJECTION.sub("", s).strip()
+    m = re.match(r"([A-Z][a-z]+),\s+", out)
+    if m and any(n.startswith(m.group(1)) for name in names for n in name.split()):
+        out = out[m.end() :]
+    return out[:1].upper() + out[1:] if out else out
 
 
 def _clause(text: str, max_words: int = 14) -> str:
@@ -105,6 +206,13 @@ def _verb3(verb: str) -> str:
     v = verb.lower()
     if v in _VERB3:
         return _VERB3[v]
+    if (
+        v in _UNCHANGED
+        or (v.endswith("ed") and not v.endswith("eed") and len(v) > 3)
+        or v.endswith(("ook", "ought", "aught", "ew", "ly"))
+        or "'" in v
+    ):
+        return verb
     if v.endswith(("s", "sh", "ch", "x", "o")):
         return verb + "es"
     if v.endswith("y") and len(v) > 2 and v[-2] not in "aeiou":
@@ -112,21 +220,71 @@ def _verb3(verb: str) -> str:
     return verb + "s"
 
 
-def third_person(text: str, name: str) -> str:
-    """Rewrite a first-person clause about the user in the third person ("I like X" →
-    "Tim likes X")."""
+_FIRST = re.compile(
+    r"\b(?P<be>I'm|I am)\b|\b(?P<have>I've)\b|\b(?P<will>I'll)\b|\b(?P<would>I'd)\b"
+    r"|\bI (?P<adverb>(?:[a-z]+ly |just |also |still |even |then |now |never |always |often )?)"
+    r"(?P<verb>[A-Za-z']+)"
+    r"|(?i:\b(?P<my>my|mine)\b)|(?i:\b(?P<myself>myself)\b)|(?i:(?<![\w-])(?P<me>me)(?![\w-]))"
+)
+_SECOND = re.compile(
+    r"(?i)\b(?:(?P<we_are>we're|we are)|(?P<we_have>we've)|(?P<we>we)|(?P<our>our)|(?P<us>us)"
+    r"|(?P<you_are>you're|you are)|(?P<you_were>you were)|(?P<you_have>you've)"
+    r"|(?P<you_will>you'll)|(?P<you_would>you'd)|(?P<yourself>yourself)"
+    r"|(?P<your>yours?)(?=\s|$|[.,!;])|(?P<you>you))\b"
+)
 
-    def subject_verb(m: re.Match[str]) -> str:
-        return f"{name} {_verb3(m.group(1))}"
 
-    text = re.sub(r"\bI'm\b|\bI am\b", f"{name} is", text)
-    text = re.sub(r"\bI've\b", f"{name} has", text)
-    text = re.sub(r"\bI'll\b", f"{name} will", text)
-    text = re.sub(r"\bI (?:really |also |just |totally )?(\w+)", subject_verb, text)
-    text = re.sub(r"(?i)\bmy\b", f"{name}'s", text)
-    text = re.sub(r"(?i)\bmine\b", f"{name}'s", text)
-    text = re.sub(r"(?i)\b(me|myself)\b", name, text)
-    return text
+def third_person(text: str, name: str, other: str | None = None) -> str:
+    """Rewrite a first-person clause of ``name`` in the third person ("I like X" ->
+    "Tim likes X"); with ``other``, "you" becomes that person and "we" both of them."""
+
+    def first(m: re.Match[str]) -> str:
+        g = m.lastgroup
+        if g == "verb":
+            return f"{name} {m.group('adverb') or ''}{_verb3(m.group('verb'))}"
+        return {
+            "be": f"{name} is",
+            "have": f"{name} has",
+            "will": f"{name} will",
+            "would": f"{name} would",
+            "my": f"{name}'s",
+            "myself": "themself",
+            "me": name,
+        }.get(g or "", m.group(0))
+
+    text = _FIRST.sub(first, text)
+    if not other:
+        return text
+    both = f"{name} and {other}"
+    second = {
+        "we_are": f"{both} are",
+        "we_have": f"{both} have",
+        "we": both,
+        "our": "their",
+        "us": "them",
+        "you_are": f"{other} is",
+        "you_were": f"{other} was",
+        "you_have": f"{other} has",
+        "you_will": f"{other} will",
+        "you_would": f"{other} would",
+        "yourself": other,
+        "your": f"{other}'s",
+        "you": other,
+    }
+    return _SECOND.sub(lambda m: second.get(m.lastgroup or "", m.group(0)), text)
+
+
+def reported(sentence: str, speaker: str, other: str | None) -> str:
+    """A sentence as reported speech about named people ("Caroline went to ...")."""
+    s = _clip_words(sentence, FACT_WORDS).rstrip(" ,;:-")
+    text = third_person(s, speaker, other)
+    if not re.match(rf"(?:[\w ,']{{0,40}}\s)?{re.escape(speaker)}\b", text):
+        first = text.split(" ", 1)[0]
+        if first.lower() in STOPWORDS or first.lower() in NOT_TOPICS:
+            text = text[:1].lower() + text[1:]
+        text = f"{speaker} said that {text}"
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith((".", "!", "…")) else text + "."
 
 
 class OfflineExtractor:
@@ -147,6 +305,9 @@ class OfflineExtractor:
         wa, wb = set(content_words(a)), set(content_words(b))
         return bool(wa) and wa == wb
 
+    async def contradicts(self, older: str, newer: str) -> bool | None:
+        return None  # no model: supersession decides by the attribute rule alone
+
     async def narrative(self, user_name: str, facts: Sequence[str]) -> str:
         return narrative(user_name, facts)
 
@@ -155,72 +316,202 @@ class OfflineExtractor:
 
 
 def summarize(transcript: Transcript) -> EpisodeSummary:
-    """An extractive summary; fewer than 3 turns gives a minimal one."""
+    """An extractive summary of who said what about which topics; fewer than 3 turns
+    gives a minimal one. Every field is within its limit by construction."""
     lines = [ln for ln in transcript.lines if ln.kind == "message"]
-    user = transcript.user_name or "The user"
-    freq = Counter(
-        w for ln in transcript.lines for w in content_words(ln.text) if ln.kind == "message"
-    )
+    names = participants(transcript)
     tools = list(
         dict.fromkeys(
-            ln.tool_name for ln in transcript.lines if ln.kind == "tool_call" and ln.tool_name
+            _clip_chars(ln.tool_name, TOPIC_CHARS)
+            for ln in transcript.lines
+            if ln.kind == "tool_call" and ln.tool_name
         )
     )
-    topics = list(
-        dict.fromkeys([*(t.lower() for t in tools), *(w for w, _ in freq.most_common(8))])
-    )[:5]
-    title = _title(lines, tools)
+    topics = _topics(lines, names, tools)
     if transcript.turns < 3:
-        said = " ".join(f"{ln.speaker}: {_clip_words(ln.text, 40)}" for ln in lines)
+        said = " ".join(
+            f"{_clip_chars(ln.speaker, 60)}: {_clip_words(_head(ln.text), 40)}" for ln in lines
+        )
+        who = names[0] if names else "someone"
+        title = f"Short exchange with {who}" if not topics else "Short exchange on " + topics[0]
         return EpisodeSummary(
-            title=title,
-            summary=said or "An empty conversation.",
+            title=_clip_title(title),
+            summary=_clip_chars(said, SUMMARY_CHARS) or "An empty conversation.",
             key_points=[],
             outcome="informational",
             topics=topics[:3],
         )
-    scored: list[tuple[float, int, str, str]] = []
+    freq = Counter(w for ln in lines for w in content_words(_head(ln.text)))
+    scored: list[tuple[float, int, str, str, str | None]] = []
     seen: set[str] = set()
     position = 0
     for ln in lines:
+        other = _other(ln.speaker, names)
         for s in _sentences(ln):
             position += 1
+            s = _strip_interjections(s, names)
             cw = content_words(s)
-            if len(cw) < 2 or s.endswith("?") or s.lower() in seen:
+            if (
+                len(cw) < 3
+                or s.startswith("[")
+                or "?" in s
+                or _GREETING.match(s)
+                or _REACTION.search(s)
+                or s.lower() in seen
+                or len(s.split()) > 40
+            ):
                 continue
             seen.add(s.lower())
             score = sum(freq[w] for w in set(cw)) / (len(words(s)) ** 0.5)
-            scored.append((score, position, ln.speaker, _clip_words(s, 30)))
-    best = sorted(sorted(scored, reverse=True)[:5], key=lambda x: x[1])
-    key_points = [f"{speaker}: {s}" for _, _, speaker, s in best]
-    about = ", ".join(topics[:4]) if topics else "various things"
-    intro = f"{user} talked with the assistant about {about}."
-    if tools:
-        intro += f" Tools used: {', '.join(tools)}."
-    body = " ".join(f"{speaker} said: {s}" for _, _, speaker, s in best)
+            score *= 1.5 if _FIRST_PERSON.match(s) else 1.0
+            scored.append((score, position, s, _speaker(ln), other))
+    # only the best sentences are rewritten (the rewrite is the costly part)
+    best = sorted(scored, key=lambda x: (-x[0], x[1]))[:40]
+    ranked = [(score, pos, reported(s, who, other)) for score, pos, s, who, other in best]
+    intro = _intro(names, topics, tools)
+    budget = SUMMARY_WORDS - len(intro.split())
+    chosen: list[tuple[float, int, str]] = []
+    for item in ranked:
+        n = len(item[2].split())
+        if n <= budget:
+            chosen.append(item)
+            budget -= n
+        if budget < 5:
+            break
+    chosen.sort(key=lambda x: x[1])
+    body = " ".join(text for _, _, text in chosen)
+    key_points = [
+        _clip_chars(text, KEY_POINT_CHARS) for _, _, text in sorted(ranked[:5], key=lambda x: x[1])
+    ]
     return EpisodeSummary(
-        title=title,
-        summary=_clip_words(f"{intro} {body}".strip(), 150),
+        title=_title(names, topics, tools),
+        summary=_clip_chars(f"{intro} {body}".strip(), SUMMARY_CHARS),
         key_points=key_points,
         outcome=_outcome(transcript),
         topics=topics,
     )
 
 
-def _title(lines: Sequence[Line], tools: Sequence[str]) -> str:
-    for ln in lines:
-        if ln.role != "user":
-            continue
-        for s in _sentences(ln):
-            s = _GREETING.sub("", s).strip(" ,!.")
-            if len(content_words(s)) >= 2:
-                t = _clip_words(s, 10).rstrip("?.!")
-                return t[:1].upper() + t[1:]
+def participants(transcript: Transcript) -> list[str]:
+    """The people in the conversation, the user first (the assistant is not one)."""
+    names = [
+        _clip_chars(ln.speaker, 60)
+        for ln in transcript.lines
+        if ln.kind == "message" and ln.speaker and ln.speaker != ASSISTANT
+    ]
+    out = list(dict.fromkeys(names))
+    user = transcript.user_name
+    if user and user in out:
+        out.remove(user)
+        out.insert(0, user)
+    return out
+
+
+def _speaker(line: Line) -> str:
+    return "the assistant" if line.speaker == ASSISTANT else _clip_chars(line.speaker, 60)
+
+
+def _other(speaker: str, names: Sequence[str]) -> str | None:
+    """Who "you" is for ``speaker``: the one other person, or the assistant."""
+    others = [n for n in names if n != speaker]
+    if speaker == ASSISTANT:
+        return names[0] if len(names) == 1 else None
+    if len(others) == 1:
+        return others[0]
+    return "the assistant" if not others else None
+
+
+def _intro(names: Sequence[str], topics: Sequence[str], tools: Sequence[str]) -> str:
+    about = _and(list(topics[:3])) if topics else "a few things"
+    if len(names) >= 2:
+        intro = f"{_and(list(names[:3]))} talked about {about}."
+    elif names:
+        intro = f"{names[0]} talked with the assistant about {about}."
+    else:
+        intro = f"The conversation was about {about}."
     if tools:
-        return "Used " + ", ".join(tools[:3])
-    if lines:
-        return _clip_words(lines[0].text, 10) or "Conversation"
-    return "Empty conversation"
+        intro += f" Tools used: {', '.join(tools[:3])}."
+    return intro
+
+
+def _title(names: Sequence[str], topics: Sequence[str], tools: Sequence[str]) -> str:
+    """What the session was about, from its topics: never a line of the conversation."""
+    if topics:
+        about = _and(list(topics[:3]))
+        title = f"{names[0]} on {about}" if len(names) == 1 else about[:1].upper() + about[1:]
+        if len(names) >= 2:
+            title = f"{names[0]} and {names[1]} on {about}"
+    elif tools:
+        title = "Used " + ", ".join(tools[:3])
+    elif names:
+        title = f"Conversation with {names[0]}"
+    else:
+        title = "Conversation"
+    return _clip_title(title)
+
+
+def _and(items: list[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _topics(lines: Sequence[Line], names: Sequence[str], tools: Sequence[str]) -> list[str]:
+    """Named things (capitalised words mid-sentence, "Silver Spring" as one) first, then
+    frequent content words that are not verbs, adjectives or adverbs; never a
+    participant's name."""
+    skip = {n.lower() for name in names for n in name.split()}
+    nick = [n for n in skip if len(n) > 3]
+    named: Counter[str] = Counter()
+    common: Counter[str] = Counter()
+    shown: dict[str, str] = {}
+
+    def wanted(w: str) -> bool:
+        return not (
+            len(w) > TOPIC_CHARS
+            or len(w) < 3
+            or w in skip
+            or w in STOPWORDS
+            or any(n.startswith(w) for n in nick)  # "Mel" for Melanie
+        )
+
+    for ln in lines:
+        for s in _sentences(ln):
+            run: list[str] = []
+            for i, tok in enumerate([*_WORD.findall(s), ""]):
+                bare = tok.strip("'-").removesuffix("'s")
+                w = bare.lower()
+                capital = i > 0 and tok[:1].isupper() and not re.match(r"I(?:'|$)", tok)
+                if capital and wanted(w):
+                    run.append(bare)
+                    continue
+                if run:
+                    phrase = " ".join(run[:3])
+                    named[phrase.lower()] += 1
+                    shown.setdefault(phrase.lower(), phrase)
+                    run = []
+                if tok and not capital and wanted(w) and _is_topic_word(w):
+                    common[w] += 1
+    out = [t.lower() for t in tools]
+    out += [shown[n] for n, c in named.most_common(6) if c >= 2]
+    out += [w for w, c in common.most_common(12) if c >= 2]
+    taken: set[str] = set()
+    topics = []
+    for t in out:
+        if t.lower() not in taken and len(t) <= TOPIC_CHARS:
+            taken.add(t.lower())
+            taken.update(t.lower().split())
+            topics.append(t)
+    return topics[:5]
+
+
+def _is_topic_word(w: str) -> bool:
+    if w in NOT_TOPICS or w.endswith(("ly", "ed", "ful", "ous")):
+        return False
+    if w.endswith("ing"):
+        stem = w[:-3]
+        return not ({stem, stem + "e", stem[:-1]} & VERBS)
+    return True
 
 
 def _outcome(transcript: Transcript) -> str:
@@ -242,23 +533,143 @@ def _category_for(verb: str, obj: str) -> Category:
     return "preference"
 
 
-def extract_facts(transcript: Transcript) -> list[FactCandidate]:
-    """Pattern-based facts from the user's own lines."""
-    name = transcript.user_name or "User"
-    out: list[FactCandidate] = []
-    seen: set[str] = set()
+MAX_FACTS = 5  # Nous: at most 5 new facts per episode
+MAX_FACTS_PER_SPEAKER = 3
+
+_SECOND_OR_PLURAL = re.compile(
+    r"(?i)\b(you|you're|you've|you'll|you'd|your|yours|yourself|we|we're|we've|we'll|our|ours|"
+    r"us|ourselves)\b"
+)
+_FIRST_LEFT = re.compile(r"\b(I|I'm|I've|I'll|I'd)\b|(?i:\b(me|my|mine|myself)\b)")
+_VAGUE = re.compile(r"(?i)\b(it|they|them|he|she|him|her|this|these|those|there|stuff|things?)\b")
+_TIMEISH = re.compile(
+    r"(?i)\b(yesterday|today|tomorrow|tonight|last|next|ago|since|(?:jan|feb|mar|apr|may|jun|"
+    r"jul|aug|sep|oct|nov|dec)\w*|monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+    r"weekend|\d+)\b"
+)
+_STATEMENT = re.compile(
+    r"(?i)^(?:(?:last|this|next) (?:week|weekend|month|year|night|summer|fall|winter|spring|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)|yesterday|today|recently|"
+    r"lately|(?:a few|two|three|a couple of) (?:days|weeks|months) ago),?\s+(?=I\b|I'|My\b)"
+    r"|^(?=I\b|I'|My\b)"
+)
+
+
+def speakers_of(transcript: Transcript) -> list[tuple[Line, str, bool]]:
+    """(line, speaker, is the user) for each message a person said: the user's lines and
+    those of other named participants (an assistant line without a name is not a person's)."""
+    user = transcript.user_name or "User"
+    out = []
     for ln in transcript.lines:
-        if ln.role != "user" or ln.kind != "message":
+        if ln.kind != "message":
             continue
-        for s in _sentences(ln):
-            if s.rstrip().endswith("?"):
-                continue
-            for fact in _facts_in(s, name):
-                key = fact.content.lower()
-                if key not in seen:
-                    seen.add(key)
-                    out.append(fact)
+        if ln.role == "user":
+            out.append((ln, _clip_chars(ln.speaker or user, 60), True))
+        elif ln.speaker and ln.speaker not in (ASSISTANT, "Tool"):
+            out.append((ln, _clip_chars(ln.speaker, 60), ln.speaker == user))
     return out
+
+
+def extract_facts(transcript: Transcript) -> list[FactCandidate]:
+    """Statements about named people, most confident first, at most 5 (3 per person).
+
+    Each person's own first-person sentences are rewritten in the third person
+    ("I ran a charity race last Saturday" -> "Melanie ran a charity race last
+    Saturday"); questions, greetings, reactions ("I'm so proud of you") and
+    sentences about "you" or "we" are never facts. Every candidate is labelled
+    ``heuristic`` in ``source`` and carries its sentence as ``source_context``."""
+    found: list[FactCandidate] = []
+    seen: set[str] = set()
+    names = participants(transcript)
+    for ln, speaker, is_user in speakers_of(transcript):
+        for raw in _sentences(ln):
+            if "?" in raw:
+                continue
+            s = _strip_interjections(raw, names)
+            if not s or _GREETING.match(s):
+                continue
+            candidates = _facts_in(s, speaker)
+            if not candidates:
+                statement = _statement(s, speaker)
+                candidates = [statement] if statement else []
+            for fact in candidates:
+                if fact.about == "person" and not is_user:
+                    continue  # "my wife" of another participant is not one of the user's people
+                if not is_user:
+                    fact = fact.model_copy(update={"subject": speaker, "about": "person"})
+                key = fact.content.lower()
+                if key in seen or not is_statement(fact.content) or speaker not in fact.content:
+                    continue  # a statement about a named person, that person being named
+                seen.add(key)
+                found.append(fact)
+    found.sort(key=lambda f: -(f.confidence or 0))
+    per: Counter[str] = Counter()
+    out: list[FactCandidate] = []
+    # room for each person when several speak: at most 3 of the 5 about one of them
+    cap = MAX_FACTS_PER_SPEAKER if len({f.subject for f in found}) > 1 else MAX_FACTS
+    for fact in found:
+        if per[fact.subject] < cap and len(out) < MAX_FACTS:
+            per[fact.subject] += 1
+            out.append(fact)
+    return out
+
+
+def is_statement(content: str) -> bool:
+    """A statement about named people: no question, greeting or unresolved I/you/we."""
+    return not (
+        "?" in content
+        or "…" in content
+        or "[" in content
+        or _GREETING.match(content)
+        or _FIRST_LEFT.search(content)
+        or _SECOND_OR_PLURAL.search(content)
+    )
+
+
+_TAIL = re.compile(
+    r"\s[-–—]+\s|;\s|,\s(?:but|so|which|and it|because|since)\s|\s(?:and it|but it|and that)\s"
+)
+
+
+def _main_clause(s: str) -> str:
+    """The sentence up to a trailing remark ("... last Saturday - it was rewarding")."""
+    m = _TAIL.search(s)
+    if m and len(s[: m.start()].split()) >= 5:
+        return s[: m.start()]
+    return s
+
+
+def _statement(s: str, name: str) -> FactCandidate | None:
+    """A first-person sentence of ``name`` about themself, in the third person."""
+    s = _main_clause(s)
+    n = len(s.split())
+    if n < 5 or n > FACT_WORDS or not _STATEMENT.match(s) or _REACTION.search(s):
+        return None
+    if _SECOND_OR_PLURAL.search(s):
+        return None
+    cw = [w for w in content_words(s) if w not in NOT_TOPICS]
+    if len(cw) < 2:
+        return None
+    text = third_person(s.rstrip(" ,;:-!."), name)
+    named = sum(
+        1
+        for i, tok in enumerate(_WORD.findall(s))
+        if i > 0 and tok[:1].isupper() and tok not in ("I", "I'm", "I've", "I'll", "I'd")
+    )
+    confidence = 0.6
+    confidence += 0.05 * min(named, 2)
+    confidence += 0.05 if _TIMEISH.search(s) else 0.0
+    confidence += 0.05 if len(cw) >= 4 else 0.0
+    confidence -= 0.15 if _VAGUE.search(s) else 0.0
+    confidence -= 0.15 if _HEDGE.search(s) else 0.0
+    return _fact(
+        name,
+        text,
+        category="person",
+        confidence=round(min(confidence, 0.8), 2),
+        source="heuristic",
+        sentence=s,
+    )
 
 
 def _fact(
@@ -295,7 +706,7 @@ def _facts_in(s: str, name: str) -> list[FactCandidate]:
     hedged = bool(_HEDGE.search(s))
     out: list[FactCandidate] = []
 
-    m = re.search(r"(?i)\bremember (?:that )?(.+)", s)
+    m = re.search(r"(?i)^(?:please )?remember (?:that )?(.+)", s)
     if m:
         body = _clause(m.group(1), 24)
         if len(content_words(body)) >= 2:
@@ -305,7 +716,7 @@ def _facts_in(s: str, name: str) -> list[FactCandidate]:
                     third_person(body, name),
                     category="other",
                     confidence=CONF_EXPLICIT,
-                    source="user_explicit",
+                    source="heuristic",
                     sentence=s,
                 )
             )
@@ -325,7 +736,7 @@ def _facts_in(s: str, name: str) -> list[FactCandidate]:
                 f"{name} {verb} {called}",
                 category="preference",
                 confidence=CONF_EXPLICIT,
-                source="user_explicit",
+                source="heuristic",
                 sentence=s,
                 tags=["name"],
             )
@@ -348,7 +759,7 @@ def _facts_in(s: str, name: str) -> list[FactCandidate]:
                 f"{name}'s {rel} is named {person}",
                 category="person",
                 confidence=CONF_EXPLICIT,
-                source="user_explicit",
+                source="heuristic",
                 sentence=s,
                 about="person",
             )
@@ -375,25 +786,25 @@ def _facts_in(s: str, name: str) -> list[FactCandidate]:
                     f"{who} {verb} {obj}",
                     category="person",
                     confidence=CONF_HEDGED if hedged else CONF_PATTERN,
-                    source="conversation",
+                    source="heuristic",
                     sentence=s,
                     about="person",
                 )
             )
             return out
 
-    m = re.search(r"(?i)\bmy ((?:[\w-]+\s){0,3}?[\w-]+) (?:is|are) (.+)", s)
+    m = re.search(r"(?i)\bmy ((?:[\w-]+\s){0,3}?[\w-]+) (is|are) (.+)", s)
     if m and m.group(1).split()[-1].lower() not in RELATIONS:
-        thing, value = m.group(1), _clause(m.group(2))
+        thing, be, value = m.group(1), m.group(2).lower(), _clause(m.group(3))
         if value and len(words(value)) <= 12:
             fav = any(w in thing.lower() for w in ("favorite", "favourite", "preferred"))
             out.append(
                 _fact(
                     name,
-                    f"{name}'s {thing} is {value}",
+                    f"{name}'s {thing} {be} {value}",
                     category="preference" if fav else "other",
                     confidence=CONF_HEDGED if hedged else CONF_STATEMENT,
-                    source="user_explicit",
+                    source="heuristic",
                     sentence=s,
                 )
             )
@@ -416,7 +827,7 @@ def _facts_in(s: str, name: str) -> list[FactCandidate]:
                 f"{name} {phrase} {obj}",
                 category=_category_for(verb, obj),
                 confidence=CONF_HEDGED if hedged else CONF_PATTERN,
-                source="conversation",
+                source="heuristic",
                 sentence=s,
             )
         )
@@ -431,7 +842,7 @@ def _facts_in(s: str, name: str) -> list[FactCandidate]:
                     f"{name} is a {obj}",
                     category="other",
                     confidence=CONF_HEDGED if hedged else CONF_PATTERN,
-                    source="conversation",
+                    source="heuristic",
                     sentence=s,
                 )
             )
@@ -445,7 +856,7 @@ def _facts_in(s: str, name: str) -> list[FactCandidate]:
                     f"{name} {_verb3(m.group(1))} {m.group(2)} {obj}",
                     category="other",
                     confidence=CONF_HEDGED if hedged else CONF_PATTERN,
-                    source="conversation",
+                    source="heuristic",
                     sentence=s,
                 )
             )

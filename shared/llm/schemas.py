@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 Outcome = Literal["resolved", "partial", "unresolved", "informational"]
 Category = Literal["preference", "technical", "person", "tool", "concept", "rule", "other"]
-Source = Literal["conversation", "tool_call", "auto_discovery", "user_explicit"]
+Source = Literal["conversation", "tool_call", "auto_discovery", "user_explicit", "heuristic"]
 About = Literal["user", "person", "other"]
 StatedBy = Literal["user", "assistant", "tool"]
 
@@ -74,13 +74,16 @@ class FactCandidate(BaseModel):
     source: Source = Field(
         default="conversation",
         description="user_explicit (the user said it plainly), tool_call (a tool returned it), "
-        "auto_discovery, or conversation (inferred)",
+        "auto_discovery, or conversation (inferred); heuristic: found by the offline "
+        "extractor's patterns, no model involved",
     )
     source_context: str | None = Field(
         default=None, max_length=1000, description="the words in the transcript it comes from"
     )
     stated_by: StatedBy = Field(
-        default="user", description="who stated it in the transcript: user, assistant or tool"
+        default="user",
+        description="who stated it in the transcript: user (a person in the chat: the user "
+        "or another named participant), assistant or tool",
     )
     heuristic: bool = Field(default=False, description="set by the offline extractor")
 
@@ -101,7 +104,8 @@ class FactCandidate(BaseModel):
     def _known_source(cls, v: Any) -> Any:
         if isinstance(v, str):
             v = v.strip().lower()
-            return v if v in {"tool_call", "auto_discovery", "user_explicit"} else "conversation"
+            known = {"tool_call", "auto_discovery", "user_explicit", "heuristic"}
+            return v if v in known else "conversation"
         return v
 
     @field_validator("confidence")
@@ -130,6 +134,13 @@ class Equivalence(BaseModel):
     """Whether two fact statements say the same thing."""
 
     same: bool = Field(description="true when both statements state the same fact")
+    reason: str = Field(default="", description="one short sentence")
+
+
+class Contradiction(BaseModel):
+    """Whether a newer statement replaces an older one (supersession)."""
+
+    contradicts: bool = Field(description="true when the older statement is no longer true")
     reason: str = Field(default="", description="one short sentence")
 
 

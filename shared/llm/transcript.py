@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +29,7 @@ class Line:
     kind: LineKind = "message"
     tool_name: str | None = None
     at: datetime | None = None
+    message_id: int | None = None  # the ``messages`` row it comes from
 
     def render(self) -> str:
         if self.kind == "tool_call":
@@ -47,6 +49,16 @@ class Transcript:
         """User and assistant messages (tool lines are not turns)."""
         return sum(1 for ln in self.lines if ln.kind == "message")
 
+    def source_of(self, words: str | None) -> Line | None:
+        """The message whose text holds ``words`` (a fact's source context), if any."""
+        want = _normal(words or "")
+        if len(want) < 8:
+            return None
+        for ln in self.lines:
+            if ln.kind == "message" and want in _normal(ln.text):
+                return ln
+        return None
+
     def render(self, limit: int = TRANSCRIPT_LIMIT) -> str:
         return cut_middle("\n".join(ln.render() for ln in self.lines), limit)
 
@@ -56,6 +68,10 @@ class Transcript:
             return text
         cut = text[-limit:]
         return "[...]\n" + cut[cut.find("\n") + 1 :] if "\n" in cut else cut
+
+
+def _normal(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
 
 
 def cut_middle(text: str, limit: int) -> str:
@@ -82,14 +98,23 @@ def _clip(text: str, limit: int = TOOL_OUTPUT_LIMIT) -> str:
 
 
 def from_messages(rows: Iterable[Any], *, user_name: str | None) -> Transcript:
-    """Build a transcript from ``messages`` rows (role, content, tool_name, tool_args,
-    tool_result, display_name, occurred_at), in the order given."""
+    """Build a transcript from ``messages`` rows (id, role, content, tool_name, tool_args,
+    tool_result, display_name, occurred_at), in the order given.
+
+    An assistant message with a display name is said by that named participant (in a
+    chat between two people, the other person); without one, by "Assistant". The
+    user's name is the display name of the user's messages when they have one."""
+    rows = list(rows)
+    named = [r.get("display_name") for r in rows if r["role"] == "user" and r.get("display_name")]
+    if named:
+        user_name = max(set(named), key=named.count)
     lines: list[Line] = []
     for r in rows:
         role = r["role"]
         if role == "system":
             continue
         at = r.get("occurred_at")
+        mid = r.get("id")
         content = (r.get("content") or "").strip()
         tool = r.get("tool_name")
         args = r.get("tool_args")
@@ -97,10 +122,11 @@ def from_messages(rows: Iterable[Any], *, user_name: str | None) -> Transcript:
         if role == "user":
             speaker = r.get("display_name") or user_name or "User"
             if content:
-                lines.append(Line("user", speaker, content, at=at))
+                lines.append(Line("user", speaker, content, at=at, message_id=mid))
             continue
         if role == "assistant" and content:
-            lines.append(Line("assistant", "Assistant", content, at=at))
+            name = r.get("display_name") or "Assistant"
+            lines.append(Line("assistant", name, content, at=at, message_id=mid))
         if tool and args is not None:
             lines.append(Line(role, "Assistant", _clip(_as_text(args)), "tool_call", tool, at))
         if role == "tool" or (tool and result is not None):

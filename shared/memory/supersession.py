@@ -1,10 +1,24 @@
-"""Supersession: a newer memory that says the same thing replaces the older one.
+"""Supersession: a newer memory that contradicts an older one replaces it.
 
-Two memories conflict when they have the same owner, the same scope (personal,
-or the same chat), exactly the same subjects, and cosine similarity ≥ 0.75
-between vectors of the same embedding model. The older one gets
-``superseded_at`` and ``superseded_by`` (the newer one's id) and leaves default
-retrieval; it stays in the table for history. Different subjects never conflict.
+Ash's rule is the necessary condition: the same owner, the same scope
+(personal, or the same chat), exactly the same subjects, and cosine similarity
+≥ 0.75 between vectors of the same embedding model. What makes it sufficient is
+that both give a value to the *same attribute* (Navi's category/key): "favourite
+colour is red" -> "favourite colour is blue", "lives in Paris" -> "lives in
+Berlin", "likes sushi" -> "hates sushi". The attribute and its value are
+:func:`attribute_of` the content; a conflict is the same attribute with a
+different value. Two memories with different attributes never conflict,
+however similar ("loves creating art" and "loves that Melanie chose
+pottery"). A near-paraphrase (same
+attribute, same value) does not supersede either. When either attribute is
+unknown the pair conflicts only if ``contradicts`` (a model's check, when one is
+configured, asked from similarity 0.80 as Nous does) says so; without one it
+does not. The model call runs inside the caller's transaction, so it is kept to
+those rare undecided pairs.
+
+The older one gets ``superseded_at`` and ``superseded_by`` (the newer one's id)
+and leaves default retrieval; it stays in the table for history. Different
+subjects never conflict.
 
 The check needs the memory's vector. Call :func:`check_supersession` when the
 vector is ready: right after storing when it was embedded inline, or when the
@@ -15,7 +29,9 @@ one is then superseded when its own vector arrives.
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Awaitable, Callable
 
 from shared.db import Conn, audit
 
@@ -23,10 +39,123 @@ AUDIT_ENTITY = "memory"
 """The audit log's ``entity`` for every change to a ``memory_items`` row (the one name)."""
 
 THRESHOLD = 0.75
+ASK_MODEL = 0.80  # Nous's band: a model is asked only about pairs this similar
+
+Contradicts = Callable[[str, str], Awaitable[bool | None]]
+"""``contradicts(older, newer)``: whether the newer statement replaces the older one
+(None: cannot tell)."""
+
+# Single-valued attributes: a person has one of each at a time.
+_OWN = (
+    r"name|nickname|age|birthday|birth ?date|job|job title|occupation|profession|role|title|"
+    r"employer|company|boss|manager|email(?: address)?|phone(?: number)?|address|home ?town|"
+    r"city|country|nationality|time ?zone|first language|native language|religion|height|"
+    r"weight|salary|school|university|college|major|wife|husband|partner|spouse|girlfriend|"
+    r"boyfriend|fianc[ée]e?|car|dog|cat|pet|team|doctor|dentist|landlord|shoe size|"
+    r"(?:favou?rite|preferred|least favou?rite) [\w -]{2,30}?"
+)
+_POSSESSIVE = re.compile(
+    rf"(?i)^(?P<who>[\w .'-]{{0,40}}?)(?:'s?|\bmy|\bthe user's|\bhis|\bher|\btheir)\s+"
+    rf"(?P<attr>{_OWN})(?:'s name)?\s+(?:is|was|are|=|:|has become|became|is now|changed to)\b"
+)
+_SCHEDULED = re.compile(
+    r"(?i)\b(?P<attr>(?:[a-z]+ )?(?:appointment|meeting|deadline|flight|interview|exam|wedding|"
+    r"party|surgery|check-?up|reservation|class|trip))\s+(?:is|was|has been moved|moved)\s+"
+    r"(?:on|at|to|for)\b"
+)
+_VERB_ATTRS = [
+    (re.compile(r"(?i)\b(?:lives|living|live|moved|moves|relocated) (?:in|to)\b"), "residence"),
+    (re.compile(r"(?i)\b(?:is|am|are) (?:now )?(?:based|located) in\b"), "residence"),
+    (
+        re.compile(r"(?i)\b(?:works|working|work|is employed|started working) (?:at|for)\b"),
+        "employer",
+    ),
+    (re.compile(r"(?i)\b(?:works|working|work|is employed) as\b"), "occupation"),
+    (re.compile(r"(?i)\b(?:is|am|are|turned|turns) \d{1,3}(?: years? old)?\b"), "age"),
+    (
+        re.compile(
+            r"(?i)\b(?:is|am|are) (?:now )?(?:single|married|engaged|divorced|widowed|"
+            r"separated|in a relationship)\b"
+        ),
+        "relationship status",
+    ),
+    (
+        re.compile(r"(?i)\b(?:prefers to be called|goes by|wants to be called|is called)\b"),
+        "preferred name",
+    ),
+    (
+        re.compile(r"(?i)\b(?:is|am|are) (?:a )?(?:vegetarian|vegan|pescatarian|carnivore)\b"),
+        "diet",
+    ),
+]
+_LIKING = re.compile(
+    r"(?i)\b(?:likes|loves|enjoys|adores|is a fan of|dislikes|hates|detests|can't stand|"
+    r"cannot stand|does not like|doesn't like|no longer likes|is not a fan of|isn't a fan of|"
+    r"has gone off|stopped liking|is allergic to|is no longer allergic to)\s+(?P<what>.+)$"
+)
+_ARTICLE = re.compile(r"(?i)^(?:the|a|an|some|any)\s+")
+
+
+_NEGATIVE = re.compile(
+    r"(?i)^(?:dislikes|hates|detests|can't stand|cannot stand|does not like|doesn't like|"
+    r"no longer likes|is not a fan of|isn't a fan of|has gone off|stopped liking)"
+)
+
+
+def attribute_of(content: str) -> tuple[str, str] | None:
+    """The single-valued attribute a statement sets (Navi's key) and its value, or None.
+
+    The key holds whose attribute it is, as written: "User's favorite color is
+    red" -> ("user: favorite color", "red"); "Tim lives in Paris" -> ("tim:
+    residence", "paris"); "Tim's sister lives in Rome" -> ("tim's sister:
+    residence", "rome"); "Tim hates sushi" -> ("tim: liking: sushi", "no").
+    Statements that add to what is known ("loves creating art", "went to a
+    support group") have none."""
+    text = " ".join(content.strip().rstrip(".!").split())
+    m = _POSSESSIVE.search(text)
+    if m:
+        attr = m.group("attr").lower().replace("favourite", "favorite").replace("colour", "color")
+        attr = " ".join(attr.split())
+        return f"{_who(m.group('who'))}: {attr}", _value(text[m.end() :])
+    m = _SCHEDULED.search(text)
+    if m:
+        return f"{_who(text[: m.start()])}: {m.group('attr').lower()} time", _value(text[m.end() :])
+    for pattern, attr in _VERB_ATTRS:
+        v = pattern.search(text)
+        if v:
+            return f"{_who(text[: v.start()])}: {attr}", _value(text[v.end() :]) or _value(
+                v.group(0)
+            )
+    m = _LIKING.search(text)
+    if m:
+        what = _ARTICLE.sub("", m.group("what").lower()).strip(" .")
+        if 0 < len(what.split()) <= 4:
+            verb = text[m.start() : m.start("what")].strip()
+            who = _who(text[: m.start()])
+            return f"{who}: liking: {what}", "no" if _NEGATIVE.match(verb) else "yes"
+    return None
+
+
+_FILLER = frozenset(
+    "the a an now named called is am are was were years year old in at to for on of".split()
+)
+
+
+def _who(text: str) -> str:
+    """Whose attribute: as written, with "", "I", "my" and "the user" all the user."""
+    words = re.findall(r"[a-z0-9']+", text.lower())
+    who = " ".join(w for w in words if w not in _FILLER and w not in ("now", "currently"))
+    return "user" if who in ("", "i", "me", "my", "user", "user's") else who
+
+
+def _value(text: str) -> str:
+    words = re.findall(r"[a-z0-9@.]+", text.lower())
+    return " ".join(w.strip(".") for w in words if w not in _FILLER)
+
 
 LOAD = """
 SELECT id, user_id, scope, provider, chat_id, subjects, created_at, embedding_model,
-       embedding_state, status, superseded_at
+       embedding_state, status, superseded_at, content
 FROM memory_items WHERE id = $1
 """
 
@@ -35,7 +164,7 @@ FROM memory_items WHERE id = $1
 CONFLICTS = """
 WITH m AS (SELECT * FROM memory_items WHERE id = $1)
 SELECT o.id, (o.created_at, o.id) > (m.created_at, m.id) AS newer,
-       1 - (o.embedding <=> m.embedding) AS similarity
+       1 - (o.embedding <=> m.embedding) AS similarity, o.content
 FROM memory_items o, m
 WHERE o.user_id = m.user_id
   AND o.id <> m.id
@@ -61,12 +190,25 @@ RETURNING id
 LOCK = "SELECT pg_advisory_xact_lock(hashtext('engram.supersede:' || $1))"
 
 
+async def conflict(older: str, newer: str, contradicts: Contradicts | None = None) -> bool:
+    """Whether statement ``newer`` replaces ``older`` (already similar under Ash's rule):
+    both set the same attribute to different values. When either attribute is unknown,
+    only the model may say so (no model: no conflict)."""
+    a, b = attribute_of(older), attribute_of(newer)
+    if a is not None and b is not None:
+        return a[0] == b[0] and a[1] != b[1]
+    if contradicts is None:
+        return False
+    return bool(await contradicts(older, newer))
+
+
 async def check_supersession(
     conn: Conn,
     memory_id: uuid.UUID,
     *,
     threshold: float = THRESHOLD,
     actor: str = "system",
+    contradicts: Contradicts | None = None,
 ) -> list[uuid.UUID]:
     """Mark the memories that ``memory_id`` conflicts with; return the ids marked superseded.
 
@@ -91,7 +233,13 @@ async def check_supersession(
             or row["embedding_state"] != "ready"
         ):
             return []
-        conflicts = await conn.fetch(CONFLICTS, memory_id, threshold)
+        similar = await conn.fetch(CONFLICTS, memory_id, threshold)
+        conflicts = []
+        for r in similar:
+            first, second = (row, r) if r["newer"] else (r, row)
+            ask = contradicts if r["similarity"] >= ASK_MODEL else None
+            if await conflict(first["content"], second["content"], ask):
+                conflicts.append(r)
         newer = [r for r in conflicts if r["newer"]]
         if newer:
             successor: uuid.UUID = newer[0]["id"]

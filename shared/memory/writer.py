@@ -26,7 +26,7 @@ from typing import Any, Literal, get_args
 from shared.db import Conn
 from shared.errors import InvalidRequest
 from shared.events import EmbedRequested, EmbedTarget, Event, MemoryChanged
-from shared.memory.supersession import AUDIT_ENTITY, check_supersession
+from shared.memory.supersession import AUDIT_ENTITY, Contradicts, check_supersession
 from shared.streams import Publisher
 
 __all__ = [
@@ -71,14 +71,15 @@ i AS (
         data, tags, subjects, source, source_context, episode_id, confidence, importance,
         expires_at, last_verified_at, created_at, updated_at,
         embedding, embedding_state, embedding_provider, embedding_model, embedding_dims,
-        embedded_at)
+        embedded_at, source_message_id)
     VALUES ($1, $2, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
             coalesce($21::timestamptz, CASE WHEN $22::int IS NULL THEN NULL
                                             ELSE now() + make_interval(days => $22::int) END),
             CASE WHEN $23::bool THEN now() END,
             clock_timestamp(), clock_timestamp(),
             $24, CASE WHEN $24::vector IS NULL THEN 'pending' ELSE 'ready' END,
-            $25, $26, $27, CASE WHEN $24::vector IS NULL THEN NULL ELSE clock_timestamp() END)
+            $25, $26, $27, CASE WHEN $24::vector IS NULL THEN NULL ELSE clock_timestamp() END,
+            $29)
     {conflict}
     RETURNING m.id, m.created_at, m.expires_at, m.embedding_state, (m.xmax = 0) AS inserted
 ),
@@ -156,6 +157,8 @@ class NewItem:
     verified: bool = False
     vector: Sequence[float] | None = None
     embedded_by: tuple[str, str] | None = None
+    source_message_id: int | None = None
+    """The ``messages`` row it was learned from (the extractor's facts)."""
     audit: dict[str, Any] = field(default_factory=dict)
     """Extra details for the audit line (type, theme and source are always there)."""
 
@@ -230,23 +233,31 @@ def check_type(type_: str) -> MemoryType:
 
 
 async def insert_items(
-    conn: Conn, user_id: str, items: Sequence[NewItem], *, actor: str
+    conn: Conn,
+    user_id: str,
+    items: Sequence[NewItem],
+    *,
+    actor: str,
+    contradicts: Contradicts | None = None,
 ) -> Written:
     """Store ``items`` for ``user_id`` in order; publish :meth:`Written.events` after commit.
 
     One item without a vector is one statement (atomic by itself); otherwise the
-    writes run in a transaction (a savepoint inside the caller's).
+    writes run in a transaction (a savepoint inside the caller's). ``contradicts``
+    (a model's check) is handed to the supersession check.
     """
     if len(items) == 1 and items[0].vector is None:
-        return Written(user_id, [await _write(conn, user_id, items[0], actor)])
+        return Written(user_id, [await _write(conn, user_id, items[0], actor, contradicts)])
     written: list[WrittenItem] = []
     async with conn.transaction():
         for item in items:
-            written.append(await _write(conn, user_id, item, actor))
+            written.append(await _write(conn, user_id, item, actor, contradicts))
     return Written(user_id, written)
 
 
-async def _write(conn: Conn, user_id: str, item: NewItem, actor: str) -> WrittenItem:
+async def _write(
+    conn: Conn, user_id: str, item: NewItem, actor: str, contradicts: Contradicts | None
+) -> WrittenItem:
     check_type(item.type)
     inline = item.vector is not None and item.embedded_by is not None
     vector = list(item.vector) if inline and item.vector is not None else None
@@ -282,12 +293,15 @@ async def _write(conn: Conn, user_id: str, item: NewItem, actor: str) -> Written
         by[1] if by else None,
         len(vector) if vector is not None else None,
         details,
+        item.source_message_id,
     )
     assert row is not None
     superseded: tuple[uuid.UUID, ...] = ()
     if vector is not None:
         # Ash's rule, the same check the query service runs when a vector arrives.
-        superseded = tuple(await check_supersession(conn, row["id"], actor=actor))
+        superseded = tuple(
+            await check_supersession(conn, row["id"], actor=actor, contradicts=contradicts)
+        )
     return WrittenItem(
         id=row["id"],
         created_at=row["created_at"],

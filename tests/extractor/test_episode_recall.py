@@ -8,8 +8,8 @@ from typing import Any
 import asyncpg
 
 from services.extractor.service import summary_text
+from services.query.ranking.episodes import recall_episodes
 from shared.llm.schemas import EpisodeSummary
-from shared.memory.episodes import recall_episodes
 from tests.extractor.helpers import T0
 
 

@@ -165,3 +165,23 @@ async def test_the_equivalence_check_asks_the_model(llm: ScriptedLLM, same: bool
     assert answer is same
     prompt = llm.prompts()[0]
     assert "A: Tim prefers Celsius." in prompt and "B: Tim likes temperatures in Celsius." in prompt
+
+
+async def test_a_500_that_keeps_coming_is_a_refusal_and_a_401_is_not_retried(
+    llm: ScriptedLLM,
+) -> None:
+    """One status table for every provider call (shared/provider_http.py): the same
+    answers mean the same thing here as in the embeddings client."""
+    llm.push(*[Reply(status=500, raw='{"error": {"message": "boom"}}')] * 3)
+    c = client(llm, max_retries=2)
+    try:
+        with pytest.raises(ProviderError, match="boom") as info:
+            await ask(c)
+        assert not isinstance(info.value, ProviderUnavailable)
+        assert not info.value.retryable
+        llm.push(Reply(status=401, raw='{"error": {"message": "bad key"}}'))
+        with pytest.raises(ProviderError, match="401: bad key"):
+            await ask(c)
+    finally:
+        await c.aclose()
+    assert len(llm.requests) == 4  # three tries of the 500, one of the 401

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import pytest
 
+from services.extractor.dates import resolve_relative_dates
 from shared.llm.offline import extract_facts, summarize
 from shared.llm.transcript import Line, Transcript, from_messages
-from shared.memory.dates import resolve_relative_dates
 from shared.memory.people import parse_reference
 from shared.memory.secrets import find_secret, redact
 
@@ -46,8 +47,77 @@ def test_long_transcripts_keep_head_and_tail_within_12000() -> None:
 
 def test_a_short_conversation_gets_a_minimal_summary() -> None:
     s = summarize(Transcript([Line("user", "Tim", "Say hello in one sentence.")], "Tim"))
-    assert s.key_points == [] and s.title == "Say hello in one sentence."
+    assert s.key_points == [] and s.title == "Short exchange with Tim"
     assert s.summary == "Tim: Say hello in one sentence."
+
+
+TWO_PEOPLE = [
+    ("Melanie", "Hey Caroline, long time no talk! How have you been?"),
+    ("Caroline", "Hi Mel! I went to a LGBTQ support group yesterday and it was so powerful."),
+    ("Melanie", "Wow, I'm so proud of you! I ran a charity race for mental health last Saturday."),
+    ("Caroline", "That's great! I'm thinking about a career in counseling. Do you paint?"),
+    ("Melanie", "Yes! I painted a lake sunrise last year. Painting helps me relax after work."),
+    ("Caroline", "I love that you chose painting. My goal is to give kids a loving home."),
+]
+
+
+def _chat(lines: list[tuple[str, str]], user: str = "Caroline") -> Transcript:
+    return Transcript(
+        [Line("user" if who == user else "assistant", who, text) for who, text in lines], user
+    )
+
+
+def test_a_summary_says_what_the_session_was_about_not_its_first_line() -> None:
+    s = summarize(_chat(TWO_PEOPLE * 3))
+    assert s.title.startswith("Caroline and Melanie on ")
+    assert "long time" not in s.title.lower() and "hey" not in s.title.lower()
+    assert len(s.title.split()) <= 10
+    assert 60 <= len(s.summary.split()) <= 150
+    assert s.summary.startswith("Caroline and Melanie talked about ")
+    assert "Caroline went to a LGBTQ support group yesterday" in s.summary
+    assert 3 <= len(s.key_points) <= 5
+    assert not {"caroline", "melanie", "mel", "taking", "big", "last"} & set(s.topics)
+
+
+def test_a_huge_turn_keeps_every_field_within_its_limit() -> None:
+    huge = "Supercalifragilistic" * 150_000 + " and then " + "word " * 500_000  # ~5 MB
+    for lines in ([("Caroline", huge)], [("Caroline", huge), ("Melanie", huge)] * 3):
+        s = summarize(_chat(lines))
+        assert len(s.title) <= 120 and len(s.title.split()) <= 10
+        assert len(s.summary) <= 1_200 and len(s.summary.split()) <= 150
+        assert all(len(p) <= 240 for p in s.key_points) and len(s.key_points) <= 5
+        assert all(len(t) <= 30 for t in s.topics) and len(s.topics) <= 5
+        assert len(extract_facts(_chat(lines))) <= 5
+
+
+def test_facts_are_statements_about_named_people() -> None:
+    facts = extract_facts(_chat(TWO_PEOPLE))
+    contents = [f.content for f in facts]
+    assert "Caroline went to a LGBTQ support group yesterday." in contents
+    assert "Melanie ran a charity race for mental health last Saturday." in contents
+    assert "Melanie painted a lake sunrise last year." in contents
+    assert "Caroline's goal is to give kids a loving home." in contents
+    for f in facts:
+        assert "?" not in f.content
+        assert not re.search(r"\b(I|me|my|you|your|we|our)\b", f.content, re.I), f.content
+        assert f.source == "heuristic" and f.heuristic and f.stated_by == "user"
+        assert f.source_context and f.source_context in "\n".join(t for _, t in TWO_PEOPLE)
+    by = {f.content: f for f in facts}
+    assert by["Melanie painted a lake sunrise last year."].subject == "Melanie"
+    assert by["Melanie painted a lake sunrise last year."].about == "person"
+    assert by["Caroline's goal is to give kids a loving home."].about == "user"
+    assert len(facts) <= 5 and sum(f.subject == "Melanie" for f in facts) <= 3
+
+
+def test_an_assistant_without_a_name_states_no_facts() -> None:
+    t = Transcript(
+        [
+            Line("user", "Tim", "Hello there, how are you doing today?"),
+            Line("assistant", "Assistant", "I ran a marathon last Saturday in Boston."),
+        ],
+        "Tim",
+    )
+    assert extract_facts(t) == []
 
 
 def test_patterns_only_read_the_users_lines() -> None:
@@ -66,7 +136,7 @@ def test_patterns_only_read_the_users_lines() -> None:
         "Tim's favorite editor is Neovim.",
         "Tim prefers tea.",
     }
-    assert all(f.heuristic for f in facts.values())
+    assert all(f.heuristic and f.source == "heuristic" for f in facts.values())
     assert facts["Tim prefers tea."].confidence == 0.5  # hedged: goes to review
     assert facts["Tim hates cilantro."].confidence < 0.9
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import timedelta
 
@@ -241,3 +242,40 @@ async def test_a_batch_mixing_users_asks_for_every_turns_embedding(
         if event.user_id is not None:
             assert {owner[t.id] for t in event.targets} == {event.user_id}
     assert asked == set(owner)
+
+
+async def test_what_postgresql_would_refuse_is_dead_lettered_at_once_with_its_reason(
+    make_settings, pool, redis, user_id
+):
+    """Issue 17.5: a NUL byte in any text or JSON field, a year 0001 or 9999, NaN in
+    JSON; each dead-lettered on its first delivery, naming the field, while the good
+    turns around them are stored."""
+    settings = make_settings(IngestSettings)
+    key = settings.stream("turns")
+    good = encode(turn(user_id, 0))
+    poison = {
+        "display_name": {"display_name": "Ti\u0000m"},
+        "metadata": {"metadata": {"k": "v\u0000"}},
+        "chat_id": {"chat_id": "c\u0000"},
+        "tool_args": {"tool_args": {"q": ["\u0000"]}},
+        "0001": {"occurred_at": "0001-01-01T00:00:00Z"},
+        "9999": {"occurred_at": "9999-12-31T23:59:59Z"},
+        "NaN": {"metadata": {"score": float("nan")}},
+    }
+    async with running(create_app(settings)):
+        await redis.xadd(key, {EVENT_FIELD: good})
+        for fields in poison.values():
+            payload = json.loads(encode(turn(user_id, 1)))
+            payload.update(fields)
+            payload["event_id"] = str(uuid.uuid4())
+            await redis.xadd(key, {EVENT_FIELD: json.dumps(payload)})
+        await redis.xadd(key, {EVENT_FIELD: encode(turn(user_id, 2))})
+        await wait_for(lambda: _count_is(pool, user_id, 2), message="both good turns")
+        dead = await wait_for(
+            lambda: _dead_at_least(redis, settings, len(poison)), message="poison dead"
+        )
+    assert len(dead) == len(poison)
+    assert all(d["attempts"] == "1" for d in dead)
+    reasons = " | ".join(d["error"] for d in dead)
+    for name in ("display_name", "metadata", "chat_id", "tool_args", "0001", "9999", "nan"):
+        assert name in reasons, (name, reasons)

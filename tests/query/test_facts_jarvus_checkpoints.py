@@ -1,7 +1,11 @@
 """Navi's facts, Jarvus's stores and typed retrieval, thread checkpoints."""
 
+from services.extractor.facts import Fact, FactPlan, apply_plan
+from services.extractor.narrative import regenerate_user_summary
 from services.query.app import create_app
 from services.query.settings import QuerySettings
+from shared.llm.offline import OfflineExtractor
+from shared.llm.schemas import FactCandidate
 from tests.query.helpers import FixedEmbedder, auth, resolver_for, set_vector, unit
 from tests.support import running
 
@@ -246,3 +250,33 @@ async def test_checkpoint_lineage_follows_parents(make_settings, pool, user_id):
             await client.get("/v1/threads/other/checkpoints/latest", headers=h)
         ).status_code == 404
         assert (await client.delete(base, headers=h)).json()["deleted"] == 3
+
+
+async def test_the_facts_list_and_the_summary_count_the_same_facts(make_settings, pool, user_id):
+    """A fact the extractor learned (no key) is listed by GET /v1/facts and counted by
+    /v1/facts/summary: both said otherwise before (0 listed, 1 counted)."""
+    app = create_app(make_settings(QuerySettings))
+    h = await auth(pool, user_id)
+    candidate = FactCandidate(
+        subject="user", content="Tim ran a charity race on 6 May 2023.", source="heuristic"
+    )
+    fact = Fact(candidate, candidate.content, confidence=0.7, source_context=None)
+    plan = FactPlan(store=[fact])
+    async with running(app) as client:
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
+            await apply_plan(
+                conn,
+                plan,
+                user_id=user_id,
+                episode_id=None,
+                extractor_name="offline",
+                heuristic=True,
+            )
+        await regenerate_user_summary(pool, user_id, OfflineExtractor().narrative)
+        listed = (await client.get("/v1/facts", headers=h)).json()
+        summary = (await client.get("/v1/facts/summary", headers=h)).json()
+        assert listed["total"] == summary["fact_count"] == 1
+        [fact] = listed["facts"]
+        assert fact["value"] == candidate.content and fact["key"] is None
+        assert fact["source"] == "heuristic"

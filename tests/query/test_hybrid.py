@@ -3,6 +3,7 @@
 import uuid
 
 from services.query.app import create_app
+from services.query.ranking.sql import walk_settings
 from services.query.settings import QuerySettings
 from tests.query.helpers import (
     FailingEmbedder,
@@ -166,7 +167,7 @@ async def test_a_user_with_50_items_among_many_still_gets_k_results(make_setting
     starve a small user's result, through either the exact or the index path."""
     import numpy as np
 
-    from services.query import search as search_module
+    from services.query.ranking import memories as search_module
     from shared.embeddings import vector_index
 
     big, small = f"big-{uuid.uuid4().hex[:8]}", f"small-{uuid.uuid4().hex[:8]}"
@@ -202,7 +203,7 @@ async def test_a_user_with_50_items_among_many_still_gets_k_results(make_setting
     await pool.execute("ANALYZE memory_items")
     filters[0] = big
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(search_module.ITERATIVE_SCAN)
+        await conn.execute(walk_settings())
         plan = await conn.fetch(
             "EXPLAIN " + search_module.index_statement("user", 384), *filters, q
         )
@@ -213,7 +214,7 @@ async def test_the_lexical_side_reads_only_the_users_own_words(pool):
     """Migration 0022: a user's search matches their words through per-user keys;
     the keys are the row's own lexemes, the ranking is the one over `fts`, and
     another user's rows holding the same words never come back."""
-    from services.query import search as search_module
+    from services.query.ranking import memories as search_module
 
     me, other = f"lex-{uuid.uuid4().hex[:8]}", f"lex-{uuid.uuid4().hex[:8]}"
     await pool.execute("INSERT INTO users (id) VALUES ($1), ($2)", me, other)

@@ -1,29 +1,84 @@
-"""Ash's automatic context: relevant past messages, top memories, known people.
+"""Ash's automatic context: relevant past turns, relevant memories, known people.
 
-- past messages of this user above similarity 0.3, top 5 (full-text matches
-  when there is no query vector), recent first at equal relevance;
-- the top 10 visible memories whatever their similarity, each attributed
-  ("[Memory (about Sarah)] ..."; shared ones and non-user sources say so);
+- past turns from the same ranking as ``/v1/messages/search`` (``fused``), with
+  Ash's 0.3 similarity floor on its semantic side (``CONTEXT_TURNS``): one hit
+  per 60 tokens of budget (10 to 30) found by a signal (or the answer right
+  after a found question), the message itself left out; each line names its
+  date and speaker, and a hit that is a question or a short turn brings the
+  turns around it;
+- the top 10 visible memories (Ash's recall ranking, ``ASH_RECALL``), those
+  relevant to the message (cosine >= 0.3 or a shared word) first, each
+  attributed ("[Memory (about Sarah)] ..."; shared ones and non-user sources
+  say so);
 - the known-people block;
-all cut to the token budget (people first, then memories, then messages).
+laid out people, memories, turns; the token budget is spent by relevance, not
+by layout (docs/context.md): people first (at most a fifth of the budget, but
+always the first), then
+the turn hits best first, then the relevant memories best first, then the
+turns around the hits, and only then (Ash: "top N memory entries regardless of
+similarity") the other memories. A block of weakly related memories can never
+push a turn hit out, and no longer opens every context.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 
-from services.query.context.budget import Block, fit_blocks
+from services.query.context.budget import Block, fit_by_priority, tokens
 from services.query.context.models import ContextIn, ContextOut
+from services.query.ranking.recall import MemoryHit, is_member, search_memories
+from services.query.ranking.specs import CONTEXT_TURNS
+from services.query.ranking.turns import MessageHit, rank_turns
+from services.query.recall import QueryVector, subject_people
+from shared.db import Executor
 from shared.memory.people import Person, list_people
-from shared.memory.recall import QueryVector, subject_people
-from shared.memory.search import MemoryHit, MessageHit, is_member, search_memories, search_messages
 
-MAX_MESSAGES = 5
+# turn hits read: one per 60 tokens of budget, at least 10, at most 30
+MIN_MESSAGES, MAX_MESSAGES, TOKENS_PER_MESSAGE = 10, 30, 60
 MAX_MEMORIES = 10
-MIN_MESSAGE_SIMILARITY = 0.3
+MIN_MESSAGE_SIMILARITY = CONTEXT_TURNS.min_similarity
 LINE_CHARS = 600
+PEOPLE_SHARE = 5  # known people take at most 1 / PEOPLE_SHARE of the budget
+# a hit with fewer words than this brings the turns before and after it
+SHORT_WORDS = 8
+ROLES = ("user", "assistant")
+
+AROUND = """
+SELECT h.id AS hit, n.id, n.role, n.display_name, n.content, n.occurred_at, n.after
+FROM unnest($2::bigint[]) AS h(id)
+JOIN messages t ON t.id = h.id AND t.user_id = $1
+CROSS JOIN LATERAL (
+    (SELECT m.id, m.role, m.display_name, m.content, m.occurred_at, false AS after
+     FROM messages m
+     WHERE m.episode_id = t.episode_id AND m.user_id = $1
+       AND (m.occurred_at, m.id) < (t.occurred_at, t.id)
+     ORDER BY m.occurred_at DESC, m.id DESC LIMIT 1)
+    UNION ALL
+    (SELECT m.id, m.role, m.display_name, m.content, m.occurred_at, true
+     FROM messages m
+     WHERE m.episode_id = t.episode_id AND m.user_id = $1
+       AND (m.occurred_at, m.id) > (t.occurred_at, t.id)
+     ORDER BY m.occurred_at, m.id LIMIT 1)
+) AS n
+"""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A line of the past-messages block: a hit, or a turn next to one."""
+
+    id: int
+    role: str
+    display_name: str | None
+    content: str
+    chat_id: str
+    occurred_at: datetime
+    similarity: float | None
+    neighbour_of: int | None = None
 
 
 def _one_line(text: str) -> str:
@@ -56,12 +111,114 @@ def memory_label(hit: MemoryHit, people: dict[uuid.UUID, Person]) -> str:
     names = [people[s].label for s in hit.subjects if s in people]
     if names:
         label += f" (about {', '.join(names)})"
+    if hit.source_turn is not None:  # learned from a turn: when it was said
+        label += f", said {hit.source_turn.occurred_at.date().isoformat()}"
     return f"[{label}]"
 
 
-def message_line(hit: MessageHit) -> str:
-    when = hit.occurred_at.date().isoformat()
-    return f"- [Past message, {hit.role}, {when}] {_one_line(hit.content)}"
+def message_line(turn: Turn) -> str:
+    """``- [Past message, user, 2023-05-08] Caroline: ...``; a turn next to a hit is
+    indented under it."""
+    when = turn.occurred_at.date().isoformat()
+    who = f"{turn.display_name}: " if turn.display_name else ""
+    indent = "  " if turn.neighbour_of is not None else ""
+    return f"{indent}- [Past message, {turn.role}, {when}] {who}{_one_line(turn.content)}"
+
+
+def serves(hit: MessageHit) -> bool:
+    """Whether the turns around a hit help read it: a question (its answer follows)
+    or a short turn ("yes, in May!")."""
+    return hit.content.rstrip().endswith("?") or len(hit.content.split()) < SHORT_WORDS
+
+
+def turn_hits(budget: int) -> int:
+    """How many turn hits a budget reads (each line costs ~30-100 tokens)."""
+    return max(MIN_MESSAGES, min(MAX_MESSAGES, budget // TOKENS_PER_MESSAGE))
+
+
+async def past_turns(
+    conn: Executor,
+    user_id: str,
+    message: str,
+    qv: QueryVector,
+    *,
+    limit: int = MIN_MESSAGES,
+) -> list[Turn]:
+    """The turn hits for ``message``, each followed by the turns around it when
+    that serves (see ``serves``), without repeats."""
+    hits = await rank_turns(
+        conn,
+        CONTEXT_TURNS,
+        user_id=user_id,
+        query=message,
+        vector=qv.vector,
+        limit=limit + 5,
+        found_only=True,
+    )
+    hits = [h for h in hits if h.role in ROLES and h.content and h.content != message]
+    hits = hits[:limit]
+    around: dict[int, list[asyncpg.Record]] = {}
+    wanted = [h.id for h in hits if serves(h)]
+    if wanted:
+        for r in await conn.fetch(AROUND, user_id, wanted):
+            around.setdefault(r["hit"], []).append(r)
+    shown = {h.id for h in hits}
+    out: list[Turn] = []
+    for h in hits:
+        before = [r for r in around.get(h.id, []) if not r["after"] and r["id"] not in shown]
+        after = [r for r in around.get(h.id, []) if r["after"] and r["id"] not in shown]
+        if h.content.rstrip().endswith("?"):
+            before = []  # a question: the answer after it; a short turn: both sides
+        for r in before:
+            out.append(_around(r, h))
+            shown.add(r["id"])
+        out.append(
+            Turn(h.id, h.role, h.display_name, h.content, h.chat_id, h.occurred_at, h.cosine)
+        )
+        for r in after:
+            out.append(_around(r, h))
+            shown.add(r["id"])
+    return out
+
+
+def _around(r: asyncpg.Record, hit: MessageHit) -> Turn:
+    return Turn(
+        r["id"],
+        r["role"],
+        r["display_name"],
+        r["content"],
+        hit.chat_id,
+        r["occurred_at"],
+        None,
+        neighbour_of=hit.id,
+    )
+
+
+def people_cap(block: Block, budget: int) -> int:
+    """Known people take at most a fifth of the budget, but always room for the
+    first one (Ash: people first)."""
+    first = tokens(block.header) + tokens(block.footer) + 1
+    first += tokens(block.lines[0]) + 1 if block.lines else 0
+    return max(budget // PEOPLE_SHARE, first)
+
+
+def allocation(
+    people: list[Person], memories: list[MemoryHit], turns: list[Turn]
+) -> list[tuple[str, int]]:
+    """The order the budget is spent in (docs/context.md): people, the turn hits
+    best first, the relevant memories best first, the turns around the hits, the
+    other memories. A memory learned from a turn already shown is left out (the
+    turn says it in the speaker's own words)."""
+    shown = {t.id for t in turns}
+    memories_left = [
+        i for i, m in enumerate(memories) if m.source_turn is None or m.source_turn.id not in shown
+    ]
+    order = [("known_people", i) for i in range(len(people))]
+    order += [("messages", i) for i, t in enumerate(turns) if t.neighbour_of is None]
+    order += [("memories", i) for i in memories_left if memories[i].relevant]
+    order += [("messages", i) for i, t in enumerate(turns) if t.neighbour_of is not None]
+    order += [("memories", i) for i in memories_left if not memories[i].relevant]
+    return order
 
 
 async def assemble_auto(
@@ -70,16 +227,8 @@ async def assemble_auto(
     chat = body.chat.chat() if body.chat else None
     async with pool.acquire() as conn:
         member = await is_member(conn, user_id, chat) if chat else False
-        messages = (
-            await search_messages(
-                conn,
-                user_id,
-                message=body.message,
-                vector=qv.vector,
-                model=qv.model,
-                limit=MAX_MESSAGES,
-                threshold=MIN_MESSAGE_SIMILARITY,
-            )
+        turns = (
+            await past_turns(conn, user_id, body.message, qv, limit=turn_hits(body.token_budget))
             if body.message.strip()
             else []
         )
@@ -93,6 +242,8 @@ async def assemble_auto(
             member=member,
             limit=MAX_MEMORIES,
         )
+        # the relevant ones first (a stable sort keeps each part's ranking)
+        memories.sort(key=lambda m: not m.relevant)
         subjects = await subject_people(conn, memories)
         people = await list_people(conn, user_id)
     blocks = [
@@ -105,13 +256,18 @@ async def assemble_auto(
         Block(
             name="messages",
             header="## Related Past Messages\n",
-            lines=[message_line(m) for m in messages],
+            lines=[message_line(t) for t in turns],
         ),
     ]
-    fitted = fit_blocks(blocks, body.token_budget)
+    fitted = fit_by_priority(
+        blocks,
+        body.token_budget,
+        allocation(people, memories, turns),
+        caps={"known_people": people_cap(blocks[0], body.token_budget)},
+    )
     kept_people = [people[i] for i in fitted.kept["known_people"]]
     kept_memories = [memories[i] for i in fitted.kept["memories"]]
-    kept_messages = [messages[i] for i in fitted.kept["messages"]]
+    kept_turns = [turns[i] for i in fitted.kept["messages"]]
     return ContextOut(
         policy="auto",
         text=fitted.text,
@@ -131,20 +287,23 @@ async def assemble_auto(
                     "source": m.source,
                     "subjects": [subjects[s].label for s in m.subjects if s in subjects],
                     "similarity": m.similarity,
+                    "relevant": m.relevant,
+                    "source_turn": m.source_turn.public() if m.source_turn else None,
                     "created_at": m.created_at.isoformat(),
                 }
                 for m in kept_memories
             ],
             "messages": [
                 {
-                    "id": m.id,
-                    "role": m.role,
-                    "content": m.content,
-                    "chat_id": m.chat_id,
-                    "similarity": m.similarity,
-                    "occurred_at": m.occurred_at.isoformat(),
+                    "id": t.id,
+                    "role": t.role,
+                    "content": t.content,
+                    "chat_id": t.chat_id,
+                    "similarity": t.similarity,
+                    "occurred_at": t.occurred_at.isoformat(),
+                    "neighbour_of": t.neighbour_of,
                 }
-                for m in kept_messages
+                for t in kept_turns
             ],
         },
     )

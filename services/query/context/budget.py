@@ -60,3 +60,46 @@ def fit_blocks(blocks: list[Block], budget: int) -> Fitted:
             parts.append(body)
     text = "\n\n".join(parts)
     return Fitted(text=text, tokens=tokens(text), kept=kept, dropped=dropped)
+
+
+def fit_by_priority(
+    blocks: list[Block],
+    budget: int,
+    priority: list[tuple[str, int]],
+    *,
+    caps: dict[str, int] | None = None,
+) -> Fitted:
+    """Spend ``budget`` on lines in ``priority`` order (``(block name, line index)``),
+    each block within its cap in ``caps`` (tokens, header included); the text keeps
+    the blocks' order and each block's line order.
+
+    So the layout (which block comes first in the text) and the allocation (which
+    line gets the budget first) are two separate decisions. A line that does not
+    fit is dropped and later, shorter ones may still fit."""
+    caps = caps or {}
+    by_name = {b.name: b for b in blocks}
+    used = 0
+    spent: dict[str, int] = dict.fromkeys(by_name, 0)
+    kept: dict[str, list[int]] = {b.name: [] for b in blocks}
+    dropped = 0
+    for name, i in priority:
+        block = by_name[name]
+        frame = 0 if kept[name] else tokens(block.header) + tokens(block.footer) + 1
+        cost = tokens(block.lines[i]) + 1 + frame
+        cap = caps.get(name)
+        if used + cost <= budget and (cap is None or spent[name] + cost <= cap):
+            kept[name].append(i)
+            used += cost
+            spent[name] += cost
+        else:
+            dropped += 1
+    parts = []
+    for block in blocks:
+        lines = [block.lines[i] for i in sorted(kept[block.name])]
+        if lines:
+            parts.append(
+                "\n".join([block.header, *lines] + ([block.footer] if block.footer else []))
+            )
+        kept[block.name].sort()
+    text = "\n\n".join(parts)
+    return Fitted(text=text, tokens=tokens(text), kept=kept, dropped=dropped)

@@ -9,8 +9,9 @@ import asyncpg
 
 from services.query.context.budget import Block, fit_blocks
 from services.query.context.models import ContextIn, ContextOut
-from shared.memory.recall import QueryVector
-from shared.memory.search import MemoryHit, is_member, search_memories
+from services.query.ranking.recall import MemoryHit, is_member, search_memories
+from services.query.ranking.specs import CONTEXT_MEMORIES
+from services.query.recall import QueryVector
 
 FACT_TYPES = ["fact", "preference", "instruction", "decision"]
 PROCEDURE_TYPES = ["procedure", "workflow"]
@@ -78,6 +79,7 @@ async def assemble_sections(
             member=member,
             types=FACT_TYPES,
             limit=LIMIT,
+            spec=CONTEXT_MEMORIES,
         )
         procedures = await search_memories(
             conn,
@@ -89,6 +91,7 @@ async def assemble_sections(
             member=member,
             types=PROCEDURE_TYPES,
             limit=LIMIT,
+            spec=CONTEXT_MEMORIES,
         )
         episodes = await conn.fetch(RECENT_EPISODES, user_id, LIMIT)
     fitted = fit_blocks(

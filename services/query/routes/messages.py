@@ -9,10 +9,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.query import message_search as ms
 from services.query import responses as R
 from services.query.auth import UserId
 from services.query.deps import Pool, State
+from services.query.ranking import turns as ms
 
 router = APIRouter(prefix="/v1/messages", tags=["messages"])
 

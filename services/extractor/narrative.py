@@ -6,14 +6,14 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import asyncpg
 
+from shared.memory.known import LIVE_FACT
 from shared.memory.secrets import redact
 
 MAX_FACTS = 80
 
-CURRENT_FACTS = """
-SELECT content FROM memory_items
-WHERE user_id = $1 AND status = 'active' AND superseded_at IS NULL
-  AND type IN ('fact', 'preference') AND (expires_at IS NULL OR expires_at > now())
+CURRENT_FACTS = f"""
+SELECT content, count(*) OVER () AS total FROM memory_items
+WHERE user_id = $1 AND {LIVE_FACT}
 ORDER BY confidence DESC NULLS LAST, coalesce(last_verified_at, created_at) DESC
 LIMIT $2
 """
@@ -37,8 +37,10 @@ async def regenerate_user_summary(pool: asyncpg.Pool, user_id: str, write: Write
     offline template). The model call happens outside any transaction."""
     async with pool.acquire() as conn:
         name = await conn.fetchval(USER_NAME, user_id) or user_id
-        facts = [r["content"] for r in await conn.fetch(CURRENT_FACTS, user_id, MAX_FACTS)]
+        rows = await conn.fetch(CURRENT_FACTS, user_id, MAX_FACTS)
+    facts = [r["content"] for r in rows]
     text = redact(await write(name, facts))
     async with pool.acquire() as conn:
-        await conn.execute(UPSERT_SUMMARY, user_id, text, len(facts))
+        # every fact counts, not only the MAX_FACTS the narrative is written from
+        await conn.execute(UPSERT_SUMMARY, user_id, text, rows[0]["total"] if rows else 0)
     return text

@@ -13,7 +13,11 @@ Rules applied to the candidates a model (or the offline extractor) proposes:
   text or similarity > 0.90 confirms the existing fact (``last_verified_at``);
   0.80-0.90 asks the model whether they are the same; below, a new fact;
 - at most 5 new facts per episode (the rest are held for review);
-- a new fact supersedes conflicting ones (see ``supersession``).
+- a new fact supersedes the ones it contradicts (``shared.memory.supersession``:
+  Ash's similarity and subjects, and the same attribute with another value, or
+  the model's ``contradicts`` when an attribute is unknown);
+- each stored fact is linked to the message it was learned from
+  (``source_message_id``, when the caller found it).
 
 Planning (model and embedding calls) happens outside any transaction;
 :func:`apply_plan` writes inside the caller's transaction.
@@ -30,12 +34,13 @@ from datetime import datetime
 import asyncpg
 import numpy as np
 
+from services.extractor.dates import resolve_relative_dates
 from shared.db import Conn
 from shared.errors import EngramError, InvalidModelOutput, InvalidRequest
 from shared.llm.schemas import FactCandidate
-from shared.memory.dates import resolve_relative_dates
 from shared.memory.people import SELF_REFERENCES, resolve_or_create_person
 from shared.memory.secrets import find_secret, redact
+from shared.memory.supersession import Contradicts
 from shared.memory.vectors import TextEmbedder, fit
 from shared.memory.writer import MemoryType, NewItem, insert_items
 
@@ -99,6 +104,8 @@ class Fact:
     # (provider, model, dims) of ``vector`` when the embedder said who made it:
     # the fact is then stored with its embedding ready, not left for the embedder.
     embedded_by: tuple[str, str, int] | None = None
+    # The ``messages`` row the fact was learned from (matched on ``source_context``).
+    source_message_id: int | None = None
 
     @property
     def type(self) -> MemoryType:
@@ -125,6 +132,10 @@ class FactResult:
     @property
     def changed(self) -> bool:
         return bool(self.stored or self.superseded)
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def confidence_of(candidate: FactCandidate) -> float:
@@ -159,7 +170,7 @@ async def plan_facts(
             continue
         fact = Fact(
             candidate=c,
-            content=resolve_relative_dates(" ".join(c.content.split()), occurred_at),
+            content=_capital(resolve_relative_dates(" ".join(c.content.split()), occurred_at)),
             confidence=confidence_of(c),
             source_context=redact(c.source_context) if c.source_context else None,
         )
@@ -246,6 +257,7 @@ async def apply_plan(
     extractor_name: str,
     heuristic: bool,
     limit: int = MAX_FACTS_PER_EPISODE,
+    contradicts: Contradicts | None = None,
 ) -> FactResult:
     """Write a plan inside the caller's transaction."""
     result = FactResult(dropped=len(plan.dropped))
@@ -286,9 +298,12 @@ async def apply_plan(
             verified=True,
             vector=fact.vector if by else None,
             embedded_by=(by[0], by[1]) if by else None,
+            source_message_id=fact.source_message_id,
             audit={"episode_id": str(episode_id) if episode_id else None},
         )
-        written = (await insert_items(conn, user_id, [item], actor="extractor")).items[0]
+        written = (
+            await insert_items(conn, user_id, [item], actor="extractor", contradicts=contradicts)
+        ).items[0]
         result.stored.append(written.id)
         if written.embedding_state == "pending":
             result.pending.append(written.id)

@@ -1,67 +1,68 @@
 """Episode recall (Nous F010.1 / F010.5): search summaries, key points and topics.
 
 - matches the episode's ``summary_text`` (title, summary, key points, topics) by
-  full text, and by meaning when a query vector is given (70% semantic, 30% text);
+  full text (any of the query's words, ``sql.or_tsquery``), and by meaning when a
+  query vector is given; scored by ``fusion.fuse`` under ``NOUS_EPISODES``
+  (``specs.py``): 70% cosine similarity + 30% ``ts_rank_cd / max``;
 - only episodes of ``visible_users`` (the caller's own id, or every user for an
   admin: None) and, when given, of ``user_filter``;
-- episodes of the current user rank higher (others' scores x ``OTHER_USER_FACTOR``);
+- episodes of the current user rank higher (others' scores x 0.8, the spec's
+  ``other_user_factor``);
+- a relevance floor: an episode is a candidate by meaning only at cosine
+  similarity >= 0.3 (or by a shared word), so a query no summary is about
+  returns few or none, not always ``limit`` (on LoCoMo conv-26, 80 questions:
+  8.2 returned on average instead of 10, the evidence session in the top 3 as
+  often as without the floor);
 - each hit carries the user tag: ``[Tim] Checked weather for Silver Spring, MD``.
 """
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from services.query.ranking.fusion import Candidate, RankSpec, fuse, ranked
+from services.query.ranking.specs import NOUS_EPISODES
+from services.query.ranking.sql import or_tsquery
 from shared.db import Executor
 
-OTHER_USER_FACTOR = 0.8
-SEMANTIC_WEIGHT = 0.7
-TEXT_WEIGHT = 0.3
+OTHER_USER_FACTOR = NOUS_EPISODES.other_user_factor
 
-RECALL = """
-WITH visible AS (
-    SELECT e.id, e.user_id, e.summary_fts, e.embedding, e.embedding_state
+# $1 visible users (NULL = all), $2 user filter, $3 query text, $4 query vector,
+# $5 candidates per signal
+RECALL = f"""
+WITH q AS (SELECT {or_tsquery("$3")} AS tsq),
+visible AS (
+    SELECT e.id, e.summary_fts, e.embedding, e.embedding_state
     FROM episodes e
     WHERE e.summary IS NOT NULL
       AND ($1::text[] IS NULL OR e.user_id = ANY($1::text[]))
       AND ($2::text IS NULL OR e.user_id = $2)
 ),
 text_hits AS (
-    SELECT v.id, ts_rank_cd(v.summary_fts, to_tsquery('english', $3)) AS rank
-    FROM visible v
-    WHERE $3 <> '' AND v.summary_fts @@ to_tsquery('english', $3)
-    ORDER BY rank DESC
-    LIMIT 200
+    SELECT v.id FROM visible v, q
+    WHERE v.summary_fts @@ q.tsq
+    ORDER BY ts_rank_cd(v.summary_fts, q.tsq) DESC
+    LIMIT $5
 ),
 vector_hits AS (
-    SELECT v.id, 1 - (v.embedding <=> $4::vector) AS similarity
-    FROM visible v
+    SELECT v.id FROM visible v
     WHERE $4::vector IS NOT NULL AND v.embedding_state = 'ready'
     ORDER BY v.embedding <=> $4::vector
-    LIMIT 200
-),
-scored AS (
-    SELECT coalesce(t.id, s.id) AS id,
-           CASE WHEN $4::vector IS NULL
-                THEN coalesce(t.rank / nullif(max(t.rank) OVER (), 0), 0)
-                ELSE $7 * greatest(coalesce(s.similarity, 0), 0)
-                     + $8 * coalesce(t.rank / nullif(max(t.rank) OVER (), 0), 0)
-           END AS base
-    FROM text_hits t FULL JOIN vector_hits s ON s.id = t.id
+    LIMIT $5
 )
 SELECT e.id, e.user_id, coalesce(e.display_name, u.display_name, e.user_id) AS display_name,
        e.summary, e.started_at, e.last_active_at,
-       sc.base * CASE WHEN e.user_id = $5 THEN 1.0 ELSE $6 END AS score
-FROM scored sc
-JOIN episodes e ON e.id = sc.id
-JOIN users u ON u.id = e.user_id
-ORDER BY score DESC, e.last_active_at DESC
-LIMIT $9
+       CASE WHEN e.summary_fts @@ q.tsq THEN ts_rank_cd(e.summary_fts, q.tsq)::float8 END
+           AS rank,
+       CASE WHEN $4::vector IS NOT NULL AND e.embedding_state = 'ready'
+            THEN (e.embedding <=> $4::vector)::float8 END AS dist
+FROM (SELECT id FROM text_hits UNION SELECT id FROM vector_hits) AS c
+JOIN episodes e ON e.id = c.id
+JOIN users u ON u.id = e.user_id, q
 """
 
 RECENT = """
@@ -111,12 +112,6 @@ class EpisodeHit:
         }
 
 
-def or_query(text: str) -> str:
-    """A ``to_tsquery`` string matching any of the words (prefix match on each)."""
-    terms = re.findall(r"[A-Za-z0-9]+", text.lower())
-    return " | ".join(f"{t}:*" for t in dict.fromkeys(terms) if len(t) > 1)
-
-
 async def recall_episodes(
     pool: Executor,
     *,
@@ -126,30 +121,33 @@ async def recall_episodes(
     user_filter: str | None = None,
     query_vector: Sequence[float] | None = None,
     limit: int = 10,
+    spec: RankSpec = NOUS_EPISODES,
 ) -> list[EpisodeHit]:
     """Episodes whose summary matches ``query``, best first.
 
     ``visible_users=None`` reads across users: only for an authorised admin call."""
     users = list(visible_users) if visible_users is not None else None
-    q = or_query(query) if query.strip() not in ("", "*") else ""
+    text = query if query.strip() not in ("", "*") else ""
     vec = list(query_vector) if query_vector is not None else None
-    if not q and vec is None:
-        rows = await pool.fetch(
-            RECENT, users, user_filter, current_user_id, OTHER_USER_FACTOR, limit
+    rows: list[Any]
+    if not text and vec is None:
+        rows = list(
+            await pool.fetch(RECENT, users, user_filter, current_user_id, OTHER_USER_FACTOR, limit)
         )
     else:
-        rows = await pool.fetch(
-            RECALL,
-            users,
-            user_filter,
-            q,
-            vec,
-            current_user_id,
-            OTHER_USER_FACTOR,
-            SEMANTIC_WEIGHT,
-            TEXT_WEIGHT,
+        found = await pool.fetch(RECALL, users, user_filter, text, vec, spec.k(limit))
+        by_id = {r["id"]: r for r in found}
+        cands = [
+            Candidate(r["id"], rank=r["rank"], distance=r["dist"], owner=r["user_id"])
+            for r in found
+        ]
+        best = ranked(
+            spec,
+            fuse(spec, cands, current_user=current_user_id),
             limit,
+            tie=lambda c: -by_id[c.id]["last_active_at"].timestamp(),
         )
+        rows = [{**dict(by_id[c.id]), "score": c.score} for c in best]
     hits = []
     for r in rows:
         s = r["summary"] or {}

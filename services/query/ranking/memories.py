@@ -1,5 +1,10 @@
 """Hybrid memory search (Nova 3.2): PostgreSQL full-text + pgvector cosine, 30/70.
 
+The candidate generators of ``memory_items`` for the ``NOVA`` spec (``specs.py``);
+the score is ``fusion.fuse``. The API's ``/v1/memory/search``, the tools, the
+browser's search box, admin search and the request/reply search all come here
+(through ``QueryState.search``).
+
 What callers may rely on:
 
 - every statement is scoped to one user (``user_id``), except the admin-only
@@ -21,13 +26,12 @@ What callers may rely on:
 
 Each signal is its own statement; given a pool, both run at the same time on
 two connections (a search costs the slower of the two, not their sum) and the
-union is scored here, in ``fuse``.
+union is scored by ``fusion.fuse``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import uuid
 from dataclasses import dataclass, field
@@ -36,6 +40,9 @@ from typing import Any, Literal
 
 import asyncpg
 
+from services.query.ranking.fusion import Candidate, fuse, ranked
+from services.query.ranking.specs import NOVA
+from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.db import Conn, Executor
 from shared.embeddings import vector_index
 from shared.errors import InvalidRequest
@@ -43,10 +50,8 @@ from shared.errors import InvalidRequest
 Mode = Literal["hybrid", "fts_only", "semantic_only", "match_all"]
 Status = Literal["active", "archived", "any"]
 
-CANDIDATES_PER_SIGNAL = 50
+CANDIDATES_PER_SIGNAL = NOVA.candidates
 MAX_LIMIT = 50
-SEMANTIC_WEIGHT = 0.7
-LEXICAL_WEIGHT = 0.3
 SNIPPET_CHARS = 280
 
 # $1 user ($1 NULL = every user, admin only), $2 theme, $3 status, $4 types,
@@ -76,22 +81,19 @@ LIMIT $8
 # stop words dropped); ``q`` builds the tsquery once, not per row. Every match is
 # ranked, carrying only what the order needs; the K winners' columns are read
 # after (a 5,000-match query: p95 17 -> 13 ms, same rows and order).
-LEXICAL = """
+LEXICAL = f"""
 WITH q AS MATERIALIZED (
-    SELECT array_to_string(ARRAY(
-               SELECT quote_literal(w)
-               FROM unnest(tsvector_to_array(to_tsvector('english', $8::text))) AS w
-           ), ' | ')::tsquery AS tsq,
+    SELECT {or_tsquery("$8")} AS tsq,
            memory_user_lexemes($1, NULL, $8::text) AS keys
 ),
 top AS MATERIALIZED (
     SELECT m.id, m.created_at, ts_rank(m.fts, q.tsq)::float8 AS rank
     FROM memory_items m, q
-    WHERE {match} {filters}
+    WHERE {{match}} {{filters}}
     ORDER BY rank DESC, m.created_at DESC, m.id
-    LIMIT {k}
+    LIMIT {{k}}
 )
-SELECT {columns}, top.rank
+SELECT {{columns}}, top.rank
 FROM top JOIN memory_items m ON m.id = top.id
 WHERE top.rank > 0
 ORDER BY top.rank DESC, top.created_at DESC, top.id
@@ -111,7 +113,7 @@ _MATCH = {
 # Exact: "+ 0" keeps the planner off the HNSW index, so every row of the
 # user's is compared (used when the user has few rows).
 SEMANTIC_EXACT = """
-SELECT {columns}, 1.0 / (1.0 + (m.embedding <=> $8::vector)) AS sim
+SELECT {columns}, (m.embedding <=> $8::vector)::float8 AS dist
 FROM memory_items m
 WHERE {scope} AND m.embedding_state = 'ready' AND m.embedding IS NOT NULL {filters}
 ORDER BY (m.embedding <=> $8::vector) + 0, m.id
@@ -124,7 +126,7 @@ LIMIT {k}
 # with hnsw.iterative_scan (set by the caller) it keeps walking until enough of
 # this user's rows pass the filter. The score still uses the full-precision distance.
 SEMANTIC_INDEX = """
-SELECT {columns}, 1.0 / (1.0 + (m.embedding <=> $8::vector)) AS sim
+SELECT {columns}, (m.embedding <=> $8::vector)::float8 AS dist
 FROM memory_items m
 WHERE {scope} AND m.vector_indexed AND m.embedding_state = 'ready' {filters}
 ORDER BY m.embedding::halfvec({dim}) <=> $8::vector::halfvec({dim})
@@ -141,19 +143,8 @@ SELECT * FROM (
     UNION ALL
     ({_UNINDEXED_EXACT})
 ) AS both_paths
-ORDER BY sim DESC, id
+ORDER BY dist, id
 LIMIT {{k}}
-"""
-
-
-# enable_sort = off: for a user holding ~10% of the table the planner otherwise
-# prefers "fetch all the user's rows, sort by distance" (measured: ~95 ms at
-# 100k rows) over the HNSW walk; only the ORDER BY distance can avoid a sort.
-ITERATIVE_SCAN = """
-SET LOCAL enable_sort = off;
-SET LOCAL hnsw.iterative_scan = relaxed_order;
-SET LOCAL hnsw.ef_search = 100;
-SET LOCAL hnsw.max_scan_tuples = 50000
 """
 
 _SCOPES = {"user": _USER, "any": _ANY_USER}
@@ -287,7 +278,9 @@ async def search(
         return SearchResult("match_all", [_hit(r, 0.0, False, False) for r in rows])
     lexical_sql = STATEMENTS[(scope, "lexical")]
     if vector is None:
-        return fuse(await conn.fetch(lexical_sql, *filters, params.query), [], params.limit)
+        return fuse_hits(
+            list(await conn.fetch(lexical_sql, *filters, params.query)), [], params.limit
+        )
     if isinstance(conn, asyncpg.Pool):
         pool = conn
 
@@ -304,7 +297,7 @@ async def search(
     else:
         lex = list(await conn.fetch(lexical_sql, *filters, params.query))
         sem = await semantic_candidates(conn, scope, user_id, filters, vector)
-    return fuse(lex, sem, params.limit)
+    return fuse_hits(lex, sem, params.limit)
 
 
 async def semantic_candidates(
@@ -313,44 +306,19 @@ async def semantic_candidates(
     """The top K rows by cosine distance: exact for a small user, else the HNSW walk."""
     if scope == "user" and not await uses_index(conn, user_id):
         return list(await conn.fetch(STATEMENTS[(scope, "exact")], *filters, vector))
-    statement = index_statement(scope, len(vector))
-    if conn.is_in_transaction():  # the caller's: a savepoint, as before
-        async with conn.transaction():
-            await conn.execute(ITERATIVE_SCAN)
-            return list(await conn.fetch(statement, *filters, vector))
-    # One round trip opens the transaction and sets the walk's parameters (SET
-    # LOCAL: they end with it); then the read-only statement and COMMIT.
-    await conn.execute("BEGIN;" + ITERATIVE_SCAN)
-    try:
-        rows = list(await conn.fetch(statement, *filters, vector))
-    except BaseException:
-        if not conn.is_closed() and conn.is_in_transaction():
-            with contextlib.suppress(Exception):
-                await conn.execute("ROLLBACK")
-        raise
-    await conn.execute("COMMIT")
-    return rows
+    async with hnsw_walk(conn) as c:
+        return list(await c.fetch(index_statement(scope, len(vector)), *filters, vector))
 
 
-def _min_max(values: dict[uuid.UUID, float]) -> dict[uuid.UUID, float]:
-    if not values:
-        return {}
-    lo, hi = min(values.values()), max(values.values())
-    if hi == lo:
-        return dict.fromkeys(values, 1.0)
-    return {k: (v - lo) / (hi - lo) for k, v in values.items()}
-
-
-def fuse(lexical: list[asyncpg.Record], semantic: list[asyncpg.Record], limit: int) -> SearchResult:
-    """Nova's hybrid score over the union of both signals' candidates.
+def fuse_hits(
+    lexical: list[asyncpg.Record], semantic: list[asyncpg.Record], limit: int
+) -> SearchResult:
+    """Nova's hybrid score over the union of both signals' candidates (``NOVA``).
 
     Each signal is min-max normalised over its candidates (a row the other
     signal found but this one did not scores 0 on it), then
     ``score = 0.7 * semantic + 0.3 * lexical``; a signal with no candidate at
     all drops out, so the other alone scores in [0, 1]. Ties: newer, then id."""
-    rank = {r["id"]: float(r["rank"]) for r in lexical}
-    sim = {r["id"]: float(r["sim"]) for r in semantic}
-    rows = {r["id"]: r for r in (*semantic, *lexical)}
     if lexical and semantic:
         mode: Mode = "hybrid"
     elif semantic:
@@ -359,23 +327,22 @@ def fuse(lexical: list[asyncpg.Record], semantic: list[asyncpg.Record], limit: i
         mode = "fts_only"
     else:
         return SearchResult("hybrid")
-    w_lex = LEXICAL_WEIGHT if rank else 0.0
-    w_sem = SEMANTIC_WEIGHT if sim else 0.0
-    lex_norm, sem_norm = _min_max(rank), _min_max(sim)
-    hits = [
-        _hit(
-            r,
-            (w_sem * sem_norm.get(k, 0.0) + w_lex * lex_norm.get(k, 0.0)) / (w_sem + w_lex),
-            k in rank,
-            k in sim,
-        )
-        for k, r in rows.items()
-    ]
-    # stable sorts, last key first: id, then newer first, then score
-    hits.sort(key=lambda h: h.id)
-    hits.sort(key=lambda h: h.created_at, reverse=True)
-    hits.sort(key=lambda h: h.score, reverse=True)
-    return SearchResult(mode, hits[:limit])
+    rows = {r["id"]: r for r in (*semantic, *lexical)}
+    cands = {k: Candidate(k) for k in rows}
+    for pos, r in enumerate(lexical, 1):
+        cands[r["id"]].rank, cands[r["id"]].lex_pos = float(r["rank"]), pos
+    for pos, r in enumerate(semantic, 1):
+        cands[r["id"]].distance, cands[r["id"]].sem_pos = float(r["dist"]), pos
+    best = ranked(
+        NOVA,
+        fuse(NOVA, cands.values()),
+        limit,
+        tie=lambda c: (-rows[c.id]["created_at"].timestamp(), c.id),
+    )
+    return SearchResult(
+        mode,
+        [_hit(rows[c.id], c.score, c.lex_pos is not None, c.sem_pos is not None) for c in best],
+    )
 
 
 async def uses_index(conn: Conn, user_id: str | None) -> bool:

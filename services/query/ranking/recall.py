@@ -1,0 +1,275 @@
+"""Reading memories for ``recall`` and context assembly: candidates, then ``fuse``.
+
+Visibility: a user sees their own personal memories, and the shared
+(chat-scoped) memories of the chat the call happens in when they own them or
+are a member of that chat (they have a session there). Archived, expired and —
+unless ``include_superseded`` — superseded memories are left out.
+
+Candidates are the nearest vectors, the full-text matches and (under a spec
+with ``recent_per_hit``) the newest rows, in one statement that reads each
+one's cosine distance and ``ts_rank_cd``; ``fusion.fuse`` scores them under
+the surface's spec: ``ASH_RECALL`` (0.7 x cosine similarity + 0.3 x
+``rank / (rank + 1)``, newer first at equal score) for ``recall``,
+``CONTEXT_MEMORIES`` for ``/v1/context``. Without a query vector the search is
+full-text only.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from services.query.ranking.fusion import Candidate, RankSpec, fuse, ranked
+from services.query.ranking.specs import ASH_RECALL, MIN_MESSAGE_SIMILARITY
+from services.query.ranking.sql import hnsw_walk, or_tsquery
+from shared.db import Executor
+from shared.embeddings import vector_index
+from shared.memory.writer import Chat
+
+# Parameters shared by the memory statements:
+# $1 user, $2 query vector (or NULL), $3 query text, $4 chat provider, $5 chat id,
+# $6 caller is a member of that chat, $7 subject person (or NULL),
+# $8 include superseded, $9 candidates per signal, $10 embedding model of $2,
+# $11 memory types (or NULL), $12 newest rows taken as candidates
+_LIVE = """
+    AND m.status = 'active'
+    AND (m.expires_at IS NULL OR m.expires_at > now())
+    AND ($8::bool OR m.superseded_at IS NULL)
+    AND ($7::uuid IS NULL OR $7::uuid = ANY (m.subjects))
+    AND ($11::text[] IS NULL OR m.type = ANY ($11::text[]))
+"""
+_CHAT = """($5::text IS NOT NULL AND m.scope = 'chat' AND m.provider = $4 AND m.chat_id = $5
+         AND (m.user_id = $1 OR $6::bool))"""
+_VISIBLE = f"""
+    ((m.user_id = $1 AND m.scope = 'personal')
+     OR {_CHAT})
+    {_LIVE}
+"""
+_NEAREST = "m.embedding::halfvec({dim}) <=> $2::vector::halfvec({dim})"
+# A user not in the HNSW index: exactly ("+ 0" keeps the planner off the index).
+_SEMANTIC = f"""
+semantic AS (
+    SELECT m.id FROM memory_items m
+    WHERE $2::vector IS NOT NULL AND m.embedding_state = 'ready' AND m.embedding_model = $10
+      AND {_VISIBLE}
+    ORDER BY (m.embedding <=> $2::vector) + 0
+    LIMIT $9
+),"""
+# For a user whose memories are in the HNSW index (migration 0050: listed users
+# only): their own through the index (naming its predicate, vector_indexed), the
+# chat's shared ones, few, exactly.
+_SEMANTIC_INDEXED = f"""
+semantic AS (
+    (SELECT m.id FROM memory_items m
+     WHERE $2::vector IS NOT NULL AND m.vector_indexed AND m.embedding_state = 'ready'
+       AND m.embedding_model = $10 AND m.user_id = $1 AND m.scope = 'personal' {_LIVE}
+     ORDER BY {_NEAREST}
+     LIMIT $9)
+    UNION ALL
+    (SELECT m.id FROM memory_items m
+     WHERE $2::vector IS NOT NULL AND m.embedding_state = 'ready' AND m.embedding_model = $10
+       AND {_CHAT} {_LIVE}
+     ORDER BY (m.embedding <=> $2::vector) + 0
+     LIMIT $9)
+),"""
+
+SEARCH_MEMORIES = f"""
+WITH q AS (SELECT {or_tsquery("$3")} AS tsq),
+{{semantic}}
+lexical AS (
+    SELECT m.id FROM memory_items m, q
+    WHERE m.fts @@ q.tsq AND {_VISIBLE}
+    ORDER BY ts_rank_cd(m.fts, q.tsq) DESC
+    LIMIT $9
+),
+recent AS (
+    SELECT m.id FROM memory_items m WHERE $12 > 0 AND {_VISIBLE}
+    ORDER BY m.created_at DESC
+    LIMIT $12
+),
+candidates AS (
+    SELECT id FROM semantic UNION SELECT id FROM lexical UNION SELECT id FROM recent
+)
+SELECT m.id, m.user_id, m.scope, m.provider, m.chat_id, m.theme, m.type, m.content, m.data,
+       m.subjects, m.source, m.created_at, m.expires_at, m.superseded_at, m.superseded_by,
+       CASE WHEN $2::vector IS NOT NULL AND m.embedding_state = 'ready'
+                 AND m.embedding_model = $10
+            THEN (m.embedding <=> $2::vector)::float8 END AS dist,
+       coalesce(ts_rank_cd(m.fts, q.tsq), 0)::float8 AS text_rank,
+       m.source_message_id, s.external_id AS source_external_id,
+       s.occurred_at AS source_occurred_at, s.content AS source_content
+FROM memory_items m JOIN candidates c USING (id)
+     -- the turn the memory was learned from (the owner's own, never another user's)
+     LEFT JOIN messages s ON s.id = m.source_message_id AND s.user_id = m.user_id, q
+"""
+
+IS_MEMBER = """
+SELECT EXISTS (SELECT 1 FROM episodes WHERE user_id = $1 AND provider = $2 AND chat_id = $3)
+"""
+
+
+@dataclass(frozen=True)
+class SourceTurn:
+    """The conversation turn a memory was learned from (``source_message_id``)."""
+
+    id: int
+    external_message_id: str | None
+    occurred_at: datetime
+    content: str
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "external_message_id": self.external_message_id,
+            "occurred_at": self.occurred_at.isoformat(),
+            "content": self.content,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryHit:
+    id: uuid.UUID
+    owner: str
+    scope: str
+    theme: str
+    type: str
+    content: str
+    data: dict[str, Any]
+    subjects: list[uuid.UUID]
+    source: str | None
+    created_at: datetime
+    expires_at: datetime | None
+    superseded_at: datetime | None
+    superseded_by: uuid.UUID | None
+    similarity: float | None
+    score: float
+    matched: bool = False  # a word of the query is in it
+    source_turn: SourceTurn | None = None  # the turn it was learned from, if known
+
+    @property
+    def relevant(self) -> bool:
+        """Ash's relevance: cosine similarity at least 0.3, or a word of the query."""
+        return self.matched or (self.similarity or 0.0) >= MIN_MESSAGE_SIMILARITY
+
+
+@functools.cache
+def _sql(dim: int, indexed: bool = False) -> str:
+    """The statement for this deployment's dimension; ``indexed``: for a user whose
+    rows are in the (partial) HNSW index, so the walk can use it."""
+    template = SEARCH_MEMORIES.replace("{semantic}", _SEMANTIC_INDEXED if indexed else _SEMANTIC)
+    return template.replace("{dim}", str(dim))
+
+
+async def is_member(conn: Executor, user_id: str, chat: Chat) -> bool:
+    """Whether ``user_id`` has a session in ``chat`` (and so sees its shared memories)."""
+    return bool(await conn.fetchval(IS_MEMBER, user_id, chat.provider, chat.chat_id))
+
+
+async def search_memories(
+    conn: Executor,
+    user_id: str,
+    *,
+    query: str,
+    vector: list[float] | None,
+    model: str | None,
+    chat: Chat | None = None,
+    member: bool = False,
+    subject: uuid.UUID | None = None,
+    include_superseded: bool = False,
+    types: list[str] | None = None,
+    limit: int = 10,
+    spec: RankSpec = ASH_RECALL,
+) -> list[MemoryHit]:
+    """The ``limit`` best visible memories for ``query`` under ``spec`` (module doc)."""
+    args = (
+        query,
+        chat.provider if chat else None,
+        chat.chat_id if chat else None,
+        member,
+        subject,
+        include_superseded,
+        spec.k(limit),
+        model,
+        types,
+        limit * spec.recent_per_hit,
+    )
+    if vector is None:
+        rows = await conn.fetch(_sql(1), user_id, None, *args)
+    else:
+        async with hnsw_walk(conn) as c:
+            indexed = await vector_index.uses_index(c, user_id, "memory")
+            rows = await c.fetch(_sql(len(vector), indexed), user_id, vector, *args)
+    by_id = {r["id"]: r for r in rows}
+    cands = [Candidate(r["id"], rank=r["text_rank"], distance=r["dist"]) for r in rows]
+    best = ranked(
+        spec,
+        fuse(spec, cands),
+        limit,
+        tie=lambda c: (-by_id[c.id]["created_at"].timestamp(), c.id),
+    )
+    return [_memory(by_id[c.id], c) for c in best]
+
+
+def _memory(r: asyncpg.Record, c: Candidate[uuid.UUID]) -> MemoryHit:
+    sim = c.similarity
+    return MemoryHit(
+        id=r["id"],
+        owner=r["user_id"],
+        scope=r["scope"],
+        theme=r["theme"],
+        type=r["type"],
+        content=r["content"],
+        data=dict(r["data"] or {}),
+        subjects=list(r["subjects"] or []),
+        source=r["source"],
+        created_at=r["created_at"],
+        expires_at=r["expires_at"],
+        superseded_at=r["superseded_at"],
+        superseded_by=r["superseded_by"],
+        similarity=float(sim) if sim is not None else None,
+        score=c.score,
+        matched=(c.rank or 0.0) > 0,
+        source_turn=None
+        if r["source_occurred_at"] is None
+        else SourceTurn(
+            r["source_message_id"],
+            r["source_external_id"],
+            r["source_occurred_at"],
+            r["source_content"],
+        ),
+    )
+
+
+def hit_json(hit: MemoryHit, names: dict[uuid.UUID, Any]) -> dict[str, Any]:
+    """A memory as the API returns it; ``names`` maps subject ids to people."""
+    subjects = []
+    for sid in hit.subjects:
+        p = names.get(sid)
+        subjects.append(
+            {
+                "id": str(sid),
+                "name": getattr(p, "name", None),
+                "relation": getattr(p, "relation", None),
+            }
+        )
+    return {
+        "id": str(hit.id),
+        "content": hit.content,
+        "scope": hit.scope,
+        "type": hit.type,
+        "theme": hit.theme,
+        "source": hit.source,
+        "subjects": subjects,
+        "created_at": hit.created_at.isoformat(),
+        "expires_at": hit.expires_at.isoformat() if hit.expires_at else None,
+        "superseded_at": hit.superseded_at.isoformat() if hit.superseded_at else None,
+        "superseded_by": str(hit.superseded_by) if hit.superseded_by else None,
+        "similarity": hit.similarity,
+        "score": round(hit.score, 6),
+        "source_turn": hit.source_turn.public() if hit.source_turn else None,
+    }

@@ -1,0 +1,111 @@
+"""Every search surface's ranking, declared: one ``RankSpec`` per surface.
+
+A seed's rule is a field here, not a code path (``fusion.py`` reads them all):
+
+- ``NOVA``: memory search (API, tools, the browser's search box, admin, the
+  request/reply search): 70% semantic (``1/(1+d)``) + 30% ``ts_rank``, min-max
+  over the union of each signal's top 50;
+- ``ASH_RECALL``: ``/v1/recall``: 0.7 x cosine + 0.3 x ``rank/(rank+1)``; the
+  nearest, the matching and the newest rows are candidates; top N;
+- ``CONTEXT_MEMORIES``: ``/v1/context`` memories: Ash's formula, but only
+  memories at cosine >= 0.3 or matching a word, and within half of the best;
+- ``CONTEXT_TURNS``: ``/v1/context`` past turns: the messages ``fused`` rules,
+  with Ash's 0.3 floor on the semantic side (and no lexical side for a user
+  with more than 5,000 turns, for latency);
+- ``NOUS_EPISODES``: episode recall: 70/30 (cosine, ``rank/max``), other users'
+  episodes x 0.8 (the current-user boost), a relevance floor (Ash's 0.3 on the
+  semantic side: an episode is found by meaning only at cosine >= 0.3);
+- ``MESSAGE_MODES``: ``/v1/messages/search`` by ``mode``: ``fused`` (the
+  default), ``hybrid`` (Nova's), ``rrf``, ``fts``, ``bm25``, ``semantic``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from services.query.ranking.fusion import RankSpec
+
+# Ash: "Apply similarity threshold (default 0.3) to filter irrelevant messages".
+MIN_MESSAGE_SIMILARITY = 0.3
+
+NOVA = RankSpec("memory.search", w_sem=0.7, w_lex=0.3, lexical="ts_rank", candidates=50)
+
+ASH_RECALL = RankSpec(
+    "recall",
+    w_sem=0.7,
+    w_lex=0.3,
+    lexical="ts_rank_cd",
+    lexical_norm="saturate",
+    semantic="cosine",
+    semantic_norm="none",
+    candidates=0,
+    per_hit=4,
+    recent_per_hit=1,
+)
+
+CONTEXT_MEMORIES = ASH_RECALL.but(
+    name="context.memories",
+    recent_per_hit=0,
+    min_similarity=MIN_MESSAGE_SIMILARITY,
+    relative_floor=0.5,
+)
+
+NOUS_EPISODES = RankSpec(
+    "episodes",
+    w_sem=0.7,
+    w_lex=0.3,
+    lexical="ts_rank_cd",
+    lexical_norm="max",
+    semantic="cosine",
+    semantic_norm="clamp",
+    candidates=200,
+    other_user_factor=0.8,
+    min_similarity=MIN_MESSAGE_SIMILARITY,
+)
+
+MessageMode = Literal["fused", "hybrid", "rrf", "fts", "bm25", "semantic"]
+
+# the messages default: BM25 (speaker included) and cosine, min-max, 0.6 / 0.4, read
+# in the conversation (docs/retrieval.md has the measurements behind each rule)
+FUSED = RankSpec(
+    "messages.fused",
+    w_sem=0.4,
+    w_lex=0.6,
+    lexical="bm25",
+    candidates=100,
+    neighbours=(0.5, 0.3, 0.2),
+    date_lift=0.3,
+    question_keeps=0.7,
+    answer_share=0.7,
+    short=0.4,
+    full_length=20,
+)
+
+MESSAGE_MODES: dict[MessageMode, RankSpec] = {
+    "fused": FUSED,
+    # Nova 3.2 as specified: top 50 each
+    "hybrid": NOVA.but(name="messages.hybrid"),
+    "rrf": RankSpec("messages.rrf", w_sem=1.0, w_lex=1.0, combine="rrf", candidates=100),
+    "fts": RankSpec("messages.fts", w_sem=0.0, w_lex=1.0, candidates=100),
+    "bm25": RankSpec("messages.bm25", w_sem=0.0, w_lex=1.0, lexical="bm25", candidates=100),
+    "semantic": RankSpec("messages.semantic", w_sem=1.0, w_lex=0.0, candidates=100),
+}
+
+# the context must stay within its latency budget for a user with 50,000 turns, where
+# per-query BM25 statistics scan them all and ts_rank every match (~56 ms): such a
+# user's context turns are read by meaning only (the turn rules still apply)
+CONTEXT_TURNS = FUSED.but(
+    name="context.turns", min_similarity=MIN_MESSAGE_SIMILARITY, big_user_lexical="none"
+)
+
+SURFACES: dict[str, RankSpec] = {
+    s.name: s
+    for s in (
+        NOVA,
+        ASH_RECALL,
+        CONTEXT_MEMORIES,
+        NOUS_EPISODES,
+        CONTEXT_TURNS,
+        *MESSAGE_MODES.values(),
+    )
+}

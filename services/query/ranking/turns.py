@@ -1,0 +1,409 @@
+"""Search over a user's conversation turns (``messages``): candidates, then ``fuse``.
+
+What callers may rely on:
+
+- every statement is scoped to one user (``m.user_id = $1``); optional filters
+  narrow it to a chat, an episode and a time window (``occurred_at``);
+- lexical candidates: ``ts_rank`` over the stored ``fts`` column, or BM25 over the
+  user's own turns (k1 = 1.2, b = 0.5), a turn's speaker name counting as one
+  of its words; both match any of the query's words (``sql.or_tsquery``);
+- semantic candidates: ``ready`` rows by cosine distance to the query vector; a
+  user with few embedded rows is scanned exactly, a large one walks the HNSW
+  index of migration 0010 (``embedding::halfvec(D)``, ``sql.hnsw_walk``), so
+  the user filter never starves the result;
+- each candidate comes with where it is: its episode's turns up to three places
+  before and after it (``messages_episode_order_idx``, same filters), whether it
+  asks a question, its length, whether it lies in a period the query names;
+- the score is ``fusion.fuse`` under the surface's ``RankSpec`` (``specs.py``):
+  ``MESSAGE_MODES`` for ``/v1/messages/search`` (``fused`` the default),
+  ``CONTEXT_TURNS`` for ``/v1/context``;
+- with no query vector (no embedder, or it failed) a mode that needs one falls
+  back to its lexical side alone and says so (``mode`` = ``fts`` or ``bm25``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from services.query.periods import periods
+from services.query.ranking.fusion import Candidate, RankSpec, fuse, ranked
+from services.query.ranking.specs import MESSAGE_MODES, MessageMode
+from services.query.ranking.sql import hnsw_walk, or_tsquery
+from shared.db import Executor
+from shared.embeddings import vector_index
+from shared.errors import InvalidRequest
+
+Mode = MessageMode
+MODES: tuple[Mode, ...] = tuple(MESSAGE_MODES)
+DEFAULT_MODE: Mode = "fused"
+FUSIONS = MESSAGE_MODES
+
+MAX_LIMIT = 50
+SNIPPET_CHARS = 400
+EF_SEARCH = 200
+
+# $1 user, $2 query text (NULL = no lexical side), $3 query vector (NULL = no
+# semantic side), $4 chat, $5 episode, $6 since, $7 until, $8 candidates per
+# signal, $9 neighbours read on each side, $10 / $11 starts / ends of the periods
+# the query names.
+_FILTERS = """
+          AND ($4::text IS NULL OR m.chat_id = $4)
+          AND ($5::uuid IS NULL OR m.episode_id = $5)
+          AND ($6::timestamptz IS NULL OR m.occurred_at >= $6)
+          AND ($7::timestamptz IS NULL OR m.occurred_at < $7)"""
+
+_LEXICAL = {
+    "ts_rank": """
+lexical AS (
+    SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
+    FROM (
+        SELECT m.id, ts_rank(m.fts, q.tsq)::float8 AS rank
+        FROM messages m, q
+        WHERE m.user_id = $1 AND q.tsq IS NOT NULL AND m.fts @@ q.tsq {filters}
+        ORDER BY rank DESC, m.id
+        LIMIT $8
+    ) AS l
+)""",
+    # BM25 over the user's own turns, each turn's document being its content plus
+    # its speaker's name; document length is the number of distinct lexemes.
+    "bm25": """
+doc AS (
+    SELECT m.id, m.fts || to_tsvector('english', coalesce(m.display_name, '')) AS v
+    FROM messages m
+    WHERE m.user_id = $1 {filters}
+),
+corpus AS (
+    SELECT count(*)::float8 AS n, greatest(avg(length(v)), 1)::float8 AS avgdl FROM doc
+),
+terms AS (
+    SELECT t.lexeme, count(d.id)::float8 AS df
+    FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', $2::text)))
+          AS lexeme) AS t
+    JOIN doc d ON d.v @@ quote_literal(t.lexeme)::tsquery
+    GROUP BY t.lexeme
+),
+lexical AS (
+    SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
+    FROM (
+        SELECT d.id,
+               sum(ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5))
+                   * u.tf * 2.2 / (u.tf + 1.2 * (0.5 + 0.5 * length(d.v) / c.avgdl))
+               )::float8 AS rank
+        FROM doc d CROSS JOIN corpus c,
+             LATERAL (SELECT x.lexeme, coalesce(cardinality(x.positions), 1) AS tf
+                      FROM unnest(d.v) AS x) AS u
+             JOIN terms t ON t.lexeme = u.lexeme
+        GROUP BY d.id
+        ORDER BY rank DESC, d.id
+        LIMIT $8
+    ) AS l
+)""",
+}
+
+# Exact: "+ 0" keeps the planner off the HNSW index, so every one of the user's
+# rows is compared (used when the user has few rows).
+_SEMANTIC_EXACT = """
+semantic AS (
+    SELECT m.id, (m.embedding <=> $3::vector)::float8 AS dist,
+           row_number() OVER (ORDER BY (m.embedding <=> $3::vector) + 0, m.id) AS pos
+    FROM messages m
+    WHERE m.user_id = $1 AND $3::vector IS NOT NULL
+      AND m.embedding_state = 'ready' AND m.embedding IS NOT NULL {filters}
+    ORDER BY (m.embedding <=> $3::vector) + 0, m.id
+    LIMIT $8
+)"""
+
+# Index: ordered by the indexed expression, and naming the partial index's
+# predicate (vector_indexed: users listed for the index, migration 0050), so the
+# HNSW walk is used. The distance kept is the full-precision one.
+_SEMANTIC_INDEX = """
+semantic AS MATERIALIZED (
+    SELECT w.id, w.dist, row_number() OVER (ORDER BY w.walk, w.id) AS pos
+    FROM (
+        SELECT m.id, (m.embedding <=> $3::vector)::float8 AS dist,
+               m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim}) AS walk
+        FROM messages m
+        WHERE m.user_id = $1 AND m.vector_indexed AND m.embedding_state = 'ready' {filters}
+        ORDER BY m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim})
+        LIMIT $8
+    ) AS w
+)"""
+
+_NEAR = """
+LEFT JOIN LATERAL (
+    SELECT array_agg(n.id ORDER BY n.occurred_at {desc}, n.id {desc}) AS ids,
+           array_agg(n.occurred_at ORDER BY n.occurred_at {desc}, n.id {desc}) AS ats
+    FROM (SELECT m.id, m.occurred_at FROM messages m
+          WHERE m.episode_id = t.episode_id AND m.user_id = $1
+            AND (m.occurred_at, m.id) {cmp} (t.occurred_at, t.id) {filters}
+          ORDER BY m.occurred_at {desc}, m.id {desc}
+          LIMIT $9) AS n
+) AS {name} ON $9 > 0"""
+
+CANDIDATES = """
+WITH q AS (SELECT {tsq} AS tsq),
+{lexical},
+{semantic},
+candidates AS (
+    SELECT id, max(rank) AS rank, max(lex_pos) AS lex_pos, min(dist) AS dist,
+           max(sem_pos) AS sem_pos
+    FROM (SELECT id, rank, pos AS lex_pos, NULL::float8 AS dist, NULL::bigint AS sem_pos
+          FROM lexical
+          UNION ALL
+          SELECT id, NULL, NULL, dist, pos FROM semantic) AS c
+    GROUP BY id
+)
+SELECT c.*, t.occurred_at, t.content ~ '\\?\\s*$' AS asks, length(t.fts) AS len,
+       CASE WHEN $3::vector IS NOT NULL AND t.embedding_state = 'ready'
+            THEN 1 - (t.embedding <=> $3::vector) END AS cos,
+       EXISTS (SELECT 1 FROM unnest($10::timestamptz[], $11::timestamptz[]) AS p(lo, hi)
+               WHERE t.occurred_at >= p.lo AND t.occurred_at < p.hi) AS in_period,
+       bef.ids AS before_ids, bef.ats AS before_ats, aft.ids AS after_ids, aft.ats AS after_ats
+FROM candidates c JOIN messages t ON t.id = c.id AND t.user_id = $1
+{before}
+{after}
+"""
+
+ROWS = """
+SELECT m.id, m.external_id, m.episode_id, m.chat_id, m.role, m.display_name, m.content,
+       m.occurred_at
+FROM messages m WHERE m.user_id = $1 AND m.id = ANY($2::bigint[])
+"""
+
+
+def _statement(lexical: str, semantic: str, dim: int = 0) -> str:
+    return CANDIDATES.format(
+        tsq=or_tsquery("$2"),
+        lexical=_LEXICAL[lexical].format(filters=_FILTERS),
+        semantic=semantic.format(filters=_FILTERS, dim=dim),
+        before=_NEAR.format(desc="DESC", cmp="<", filters=_FILTERS, name="bef"),
+        after=_NEAR.format(desc="", cmp=">", filters=_FILTERS, name="aft"),
+    )
+
+
+# Named statements, built once from the fixed fragments above (no values inside).
+EXACT = {name: _statement(name, _SEMANTIC_EXACT) for name in _LEXICAL}
+
+
+@functools.lru_cache(maxsize=8)
+def index_statement(lexical: str, dim: int) -> str:
+    """The HNSW variant; the index expression names the deployment's dimension."""
+    return _statement(lexical, _SEMANTIC_INDEX, int(dim))
+
+
+@dataclass(frozen=True)
+class MessageQuery:
+    """A validated message search."""
+
+    query: str
+    limit: int = 10
+    mode: Mode = DEFAULT_MODE
+    chat_id: str | None = None
+    episode_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not self.query.strip():
+            raise InvalidRequest("a message search needs a query")
+        if not 1 <= self.limit <= MAX_LIMIT:
+            raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}, got {self.limit}")
+        if self.mode not in MODES:
+            raise InvalidRequest(f"mode must be one of {', '.join(MODES)}")
+
+
+@dataclass(frozen=True)
+class MessageHit:
+    id: int
+    external_message_id: str | None
+    episode_id: str
+    chat_id: str
+    role: str
+    display_name: str | None
+    content: str
+    occurred_at: datetime
+    score: float
+    lexical_rank: int | None
+    semantic_rank: int | None
+    similarity: float | None
+    # the cosine similarity to the query (None: no vector, or not embedded yet)
+    cosine: float | None = None
+    # found by a signal itself (False: as the neighbour of one that was)
+    found: bool = True
+    answers: bool = False  # the turn right after a found question
+
+    def as_result(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "external_message_id": self.external_message_id,
+            "episode_id": self.episode_id,
+            "chat_id": self.chat_id,
+            "role": self.role,
+            "display_name": self.display_name,
+            "occurred_at": self.occurred_at.isoformat(),
+            "content_snippet": snippet(self.content),
+            "score": round(self.score, 6),
+            "signals": {
+                "fts": self.lexical_rank is not None,
+                "semantic": self.semantic_rank is not None,
+                "fts_rank": self.lexical_rank,
+                "semantic_rank": self.semantic_rank,
+                "similarity": None if self.similarity is None else round(self.similarity, 4),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class MessageResult:
+    mode: Mode
+    hits: list[MessageHit] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "results": [h.as_result() for h in self.hits]}
+
+
+def snippet(content: str, limit: int = SNIPPET_CHARS) -> str:
+    return content if len(content) <= limit else content[: limit - 1].rstrip() + "…"
+
+
+async def search_messages(
+    pool: Executor, q: MessageQuery, *, user_id: str, vector: list[float] | None
+) -> MessageResult:
+    """Search ``user_id``'s turns under the mode's spec. ``vector`` is the query
+    embedding, or None (full-text only)."""
+    mode: Mode = q.mode
+    if vector is None and MESSAGE_MODES[mode].w_sem > 0:
+        mode = "bm25" if MESSAGE_MODES[mode].lexical == "bm25" else "fts"
+    hits = await rank_turns(
+        pool,
+        MESSAGE_MODES[mode],
+        user_id=user_id,
+        query=q.query,
+        vector=vector,
+        limit=q.limit,
+        chat_id=q.chat_id,
+        episode_id=q.episode_id,
+        since=q.since,
+        until=q.until,
+    )
+    return MessageResult(mode, hits)
+
+
+async def rank_turns(
+    conn: Executor,
+    spec: RankSpec,
+    *,
+    user_id: str,
+    query: str,
+    vector: list[float] | None,
+    limit: int,
+    chat_id: str | None = None,
+    episode_id: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    found_only: bool = False,
+) -> list[MessageHit]:
+    """The ``limit`` best turns of ``user_id`` for ``query`` under ``spec``.
+
+    ``found_only``: leave out turns reached only as a neighbour of a hit, except
+    the turn right after a found question (its likely answer)."""
+    named = periods(query) if spec.date_lift > 0 else []
+    use_vector = vector if spec.w_sem > 0 else None
+    args: list[Any] = [
+        user_id,
+        query if spec.w_lex > 0 else None,
+        use_vector,
+        chat_id,
+        episode_id,
+        since,
+        until,
+        spec.k(limit),
+        len(spec.neighbours),
+        [lo for lo, _ in named],
+        [hi for _, hi in named],
+    ]
+    lexical = "bm25" if spec.lexical == "bm25" else "ts_rank"
+    if isinstance(conn, asyncpg.Pool):
+        async with conn.acquire() as c:
+            rows = await _candidates(c, user_id, lexical, args, spec)
+    else:
+        rows = await _candidates(conn, user_id, lexical, args, spec)
+    cands: list[Candidate[int]] = []
+    at: dict[int, datetime] = {}
+    cos: dict[int, float] = {}
+    for r in rows:
+        at[r["id"]] = r["occurred_at"]
+        if r["cos"] is not None:
+            cos[r["id"]] = float(r["cos"])
+        for ids, ats in ((r["before_ids"], r["before_ats"]), (r["after_ids"], r["after_ats"])):
+            at.update(zip(ids or (), ats or (), strict=True))
+        cands.append(
+            Candidate(
+                int(r["id"]),
+                rank=None if r["rank"] is None else float(r["rank"]),
+                lex_pos=None if r["lex_pos"] is None else int(r["lex_pos"]),
+                distance=None if r["dist"] is None else float(r["dist"]),
+                sem_pos=None if r["sem_pos"] is None else int(r["sem_pos"]),
+                occurred_at=r["occurred_at"],
+                asks=bool(r["asks"]),
+                length=int(r["len"]),
+                in_period=bool(r["in_period"]),
+                before=tuple(r["before_ids"] or ()),
+                after=tuple(r["after_ids"] or ()),
+            )
+        )
+    scored = fuse(spec, cands, periods=bool(named))
+    answers = {c.after[0] for c in scored if c.found and c.asks and c.after}
+    if found_only:
+        scored = [c for c in scored if c.found or c.id in answers]
+    best = ranked(spec, scored, limit, tie=lambda c: (-at[c.id].timestamp(), c.id))
+    if not best:
+        return []
+    if isinstance(conn, asyncpg.Pool):
+        found = await conn.fetch(ROWS, user_id, [c.id for c in best])
+    else:
+        found = await conn.fetch(ROWS, user_id, [c.id for c in best])
+    by_id = {r["id"]: r for r in found}
+    return [_hit(by_id[c.id], c, cos.get(c.id), c.id in answers) for c in best if c.id in by_id]
+
+
+async def _candidates(
+    conn: Any, user_id: str, lexical: str, args: list[Any], spec: RankSpec
+) -> list[Any]:
+    vector = args[2]
+    # Only users with many embedded turns are in the HNSW index (the embedder lists
+    # them: shared/embeddings/vector_index.py); everyone else is compared exactly.
+    big = await vector_index.uses_index(conn, user_id, "message")
+    if big and spec.big_user_lexical != "same":
+        lexical = "ts_rank"
+        if spec.big_user_lexical == "none":
+            args = [args[0], None, *args[2:]]
+    if vector is None or not big:
+        return list(await conn.fetch(EXACT[lexical], *args))
+    async with hnsw_walk(conn, ef_search=EF_SEARCH) as c:
+        return list(await c.fetch(index_statement(lexical, len(vector)), *args))
+
+
+def _hit(r: asyncpg.Record, c: Candidate[int], cosine: float | None, answers: bool) -> MessageHit:
+    return MessageHit(
+        id=int(r["id"]),
+        external_message_id=r["external_id"],
+        episode_id=str(r["episode_id"]),
+        chat_id=r["chat_id"],
+        role=r["role"],
+        display_name=r["display_name"],
+        content=r["content"],
+        occurred_at=r["occurred_at"],
+        score=c.score,
+        lexical_rank=c.lex_pos,
+        semantic_rank=c.sem_pos,
+        similarity=None if c.distance is None else 1.0 / (1.0 + c.distance),
+        cosine=cosine,
+        found=c.found,
+        answers=answers,
+    )

@@ -1,0 +1,113 @@
+"""The extractor's failure policy against a scripted model server over real HTTP, on
+real Redis and PostgreSQL: a refusal (HTTP 401) is dead-lettered after exactly
+max_attempts deliveries with the real reason; an outage (HTTP 503) never is."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+from services.extractor.app import create_app
+from services.extractor.settings import ExtractorSettings
+from shared.events import ExtractRequested
+from shared.streams import Publisher
+from tests.extractor.helpers import T0
+from tests.extractor.scripted_llm import Reply, ScriptedLLM
+from tests.ingest.helpers import dead_entries
+from tests.support import running, wait_for
+
+
+async def _closed_episode(pool: asyncpg.Pool, user_id: str) -> uuid.UUID:
+    episode_id = uuid.uuid4()
+    await pool.execute("INSERT INTO users (id, display_name) VALUES ($1, 'Tim')", user_id)
+    await pool.execute(
+        """INSERT INTO episodes (id, user_id, provider, chat_id, status, started_at,
+                                 last_active_at, closed_at, closed_by, turn_count, extract_due)
+           VALUES ($1, $2, 'test', 'c1', 'closed', $3, $3, $3, 'event', 4, true)""",
+        episode_id,
+        user_id,
+        T0,
+    )
+    for i in range(4):
+        await pool.execute(
+            """INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role,
+                                     content, occurred_at)
+               VALUES ($1, $2, $3, 'test', 'c1', $4, $5, $6)""",
+            uuid.uuid4(),
+            user_id,
+            episode_id,
+            "user" if i % 2 == 0 else "assistant",
+            f"line {i} about the garden",
+            T0,
+        )
+    return episode_id
+
+
+def _settings(make_settings: Callable[..., Any], llm: ScriptedLLM) -> ExtractorSettings:
+    return make_settings(
+        ExtractorSettings,
+        llm_base_url=llm.base_url,
+        llm_model="scripted-1",
+        llm_max_retries=0,
+        max_attempts=2,
+        sweep_interval_s=3600,
+    )
+
+
+async def _no_embedder(_: str) -> None:
+    return None
+
+
+async def test_a_refused_request_is_dead_lettered_after_exactly_max_attempts(
+    make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any, user_id: str
+) -> None:
+    with ScriptedLLM(lambda body: Reply(status=401, raw='{"error": "invalid api key"}')) as llm:
+        settings = _settings(make_settings, llm)
+        episode_id = await _closed_episode(pool, user_id)
+        async with running(create_app(settings, embedder_for=_no_embedder)):
+            await Publisher(redis, settings).publish(
+                "extract", [ExtractRequested(episode_id=episode_id, user_id=user_id)]
+            )
+            dead = await wait_for(
+                lambda: dead_entries(redis, settings), timeout=30, message="dead letter"
+            )
+            # two more reclaim windows: nothing is delivered again
+            await wait_for(lambda: _idle(redis, settings), message="acknowledged")
+            await asyncio.sleep(2.5)
+        deliveries = len(llm.requests)
+    assert deliveries == 2  # one model call per delivery (a 401 is not retried)
+    [entry] = dead
+    assert entry["attempts"] == "2"
+    assert "401" in entry["error"] and "invalid api key" in entry["error"]
+
+
+async def test_an_outage_is_never_dead_lettered_and_shows_on_the_gauge(
+    make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any, user_id: str
+) -> None:
+    with ScriptedLLM(lambda body: Reply(status=503, raw='{"error": "overloaded"}')) as llm:
+        settings = _settings(make_settings, llm)
+        episode_id = await _closed_episode(pool, user_id)
+        async with running(create_app(settings, embedder_for=_no_embedder)) as client:
+            await Publisher(redis, settings).publish(
+                "extract", [ExtractRequested(episode_id=episode_id, user_id=user_id)]
+            )
+
+            async def delivered_often() -> bool:
+                return len(llm.requests) >= 4  # twice max_attempts
+
+            await wait_for(delivered_often, timeout=40, message="four deliveries")
+            metrics = (await client.get("/metrics")).text
+            pending = (await redis.xpending(settings.stream("extract"), "extractor"))["pending"]
+    assert await dead_entries(redis, settings) == []
+    assert pending == 1
+    assert 'engram_consumer_outage{stream="extract"} 1.0' in metrics
+    assert 'engram_consumer_failures_total{kind="outage",stream="extract"}' in metrics
+
+
+async def _idle(redis: Any, settings: ExtractorSettings) -> bool:
+    info = await redis.xpending(settings.stream("extract"), "extractor")
+    return info["pending"] == 0
