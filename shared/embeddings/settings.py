@@ -42,6 +42,11 @@ class EmbeddingSettings(CommonSettings):
     embedding_concurrency: int = Field(
         default=4, description="requests in flight at once per HTTP endpoint"
     )
+    embedding_endpoint_allow: str = Field(
+        default="",
+        description="users' endpoints may only resolve to public addresses, except these "
+        "(comma-separated networks or host names, '*' = anything): e.g. 10.0.0.0/8,ollama.lan",
+    )
     embedding_deadline_s: float = Field(
         default=120.0, gt=0, description="longest one embedding call may take, retries included"
     )
