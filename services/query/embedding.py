@@ -52,10 +52,11 @@ class Unavailable:
 
 def _endpoint_of(embedder: Embedder) -> str | None:
     """The circuit an embedder's calls go through (None: the in-process local model)."""
-    if embedder.provider == "local":
+    provider = getattr(embedder, "provider", None)
+    if provider is None or provider == "local":
         return None
     base = getattr(getattr(embedder, "_endpoint", None), "base_url", None)
-    return str(base) if base else f"{embedder.provider}:{embedder.model}"
+    return str(base) if base else f"{provider}:{getattr(embedder, 'model', '')}"
 
 
 def guarded(embedder: Embedder | None, settings: CommonSettings) -> Embedder | None:

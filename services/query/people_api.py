@@ -9,6 +9,7 @@ import asyncpg
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shared.events import EmbedRequested, EmbedTarget, MemoryChanged
+from shared.memory.membership import require_member
 from shared.memory.recall import recall
 from shared.memory.remember import MAX_DAYS, Chat, Fact, Remembered, remember
 from shared.memory.vectors import ModelEmbedder
@@ -146,12 +147,17 @@ async def do_remember(
     actor: str,
 ) -> dict[str, Any]:
     """Store, then publish: MemoryChanged for each new and superseded memory, and
-    EmbedRequested for those left pending (their supersession check follows)."""
+    EmbedRequested for those left pending (their supersession check follows).
+    Shared facts go only into a chat the user is a member of."""
+    facts = body.to_facts()
+    chat = body.chat.chat() if body.chat else None
+    if chat is not None and any(f.shared for f in facts):
+        await require_member(pool, user_id, chat)
     result = await remember(
         pool,
         user_id,
-        body.to_facts(),
-        chat=body.chat.chat() if body.chat else None,
+        facts,
+        chat=chat,
         embedder=embedder,
         embedding_dim=embedding_dim,
         source="user",

@@ -25,6 +25,7 @@ import asyncpg
 
 from shared.db import Conn, Executor
 from shared.embeddings import vector_index
+from shared.memory.membership import is_member as is_member  # its one home
 from shared.memory.remember import Chat
 from shared.memory.vectors import tsquery
 
@@ -109,10 +110,6 @@ LIMIT $9
 
 ITERATIVE = "SET LOCAL hnsw.iterative_scan = relaxed_order"
 
-IS_MEMBER = """
-SELECT EXISTS (SELECT 1 FROM episodes WHERE user_id = $1 AND provider = $2 AND chat_id = $3)
-"""
-
 # $1 user, $2 query vector, $3 the message itself (left out), $4 limit, $5 model, $6 threshold
 # The nearest-neighbour walks order by the expression of migration 0010's HNSW
 # index (halfvec of the column's dimension); ``{dim}`` is filled in per deployment.
@@ -195,11 +192,6 @@ def _sql(template: str, dim: int, indexed: bool = False) -> str:
     else:
         template = template.replace("{indexed}", "AND vector_indexed" if indexed else "")
     return template.replace("{dim}", str(dim))
-
-
-async def is_member(conn: Executor, user_id: str, chat: Chat) -> bool:
-    """Whether ``user_id`` has a session in ``chat`` (and so sees its shared memories)."""
-    return bool(await conn.fetchval(IS_MEMBER, user_id, chat.provider, chat.chat_id))
 
 
 async def search_memories(
