@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import Histogram
 
-from services.query import rpc
+from services.query import faults, rpc
 from services.query.context.tools import HintCache
 from services.query.embedding import Resolver, default_resolver
 from services.query.routes import routers
@@ -49,6 +49,7 @@ def create_app(
     for router in routers():
         app.include_router(router)
     _install_error_handlers(app)
+    faults.install(app)
     _install_metrics(app, rt)
     return app
 

@@ -5,11 +5,14 @@ session there: an episode of that chat stored for them, which every ingested
 turn has. The one check every entry point calls (remember, recall, context,
 tools, MCP): writes of shared memories into a chat need membership
 (:func:`require_member`, else 404: a chat one is not in is answered the same
-whether or not it exists); reads get a chat's shared memories only as a
+whether or not it exists); a reference to an episode must be to one's own
+(:func:`require_own_episode`); reads get a chat's shared memories only as a
 member (:func:`is_member`, passed to the search as ``member``).
 """
 
 from __future__ import annotations
+
+import uuid
 
 from shared.db import Executor
 from shared.errors import NotFound
@@ -34,3 +37,13 @@ async def require_member(conn: Executor, user_id: str, chat: Chat) -> None:
             f"no chat {chat.provider}/{chat.chat_id} with a session of yours: "
             "shared memories go only to chats you are in"
         )
+
+
+OWN_EPISODE = "SELECT EXISTS (SELECT 1 FROM episodes WHERE id = $1 AND user_id = $2)"
+
+
+async def require_own_episode(conn: Executor, user_id: str, episode_id: uuid.UUID) -> None:
+    """Raise ``NotFound`` unless the episode is ``user_id``'s: another user's episode is
+    answered exactly like one that does not exist."""
+    if not await conn.fetchval(OWN_EPISODE, episode_id, user_id):
+        raise NotFound(f"no episode {episode_id}")

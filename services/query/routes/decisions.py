@@ -15,6 +15,8 @@ from shared.llm.jobs import build_extractor
 from shared.llm.settings import LLMSettings
 from shared.memory.decisions import MAX_CHARS, TARGET_CHARS, DecisionMetrics, Rewrite
 from shared.memory.decisions import record_decision as record
+from shared.memory.membership import require_member, require_own_episode
+from shared.memory.remember import Chat
 from shared.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["decisions"])
@@ -82,6 +84,11 @@ async def record_decision(
     metrics: Annotated[DecisionMetrics, Depends(_metrics)],
     rewrite: Annotated[Rewrite | None, Depends(_rewriter)],
 ) -> Any:
+    # a reference to someone else's episode or a chat one is not in: 404 (issue 17.3/17.6)
+    if body.episode_id is not None:
+        await require_own_episode(pool, user_id, body.episode_id)
+    if body.provider and body.chat_id:
+        await require_member(pool, user_id, Chat(body.provider, body.chat_id))
     d = await record(
         pool,
         user_id=user_id,
