@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from shared.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from tests.support import ROOT
 
@@ -44,6 +46,20 @@ class Instance:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+    def wait_up(self, timeout: float = 90.0) -> None:
+        """Until its HTTP port answers (health may still say a store is down)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.service}-{self.n} exited: see {self.log}")
+            try:
+                httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise AssertionError(f"{self.service}-{self.n} not up after {timeout:.0f} s")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -77,6 +93,8 @@ class Stack:
             inst = Instance(service, i, free_port(), env, self.root / f"{service}-{i}.log")
             inst.start()
             made.append(inst)
+        for inst in made:
+            inst.wait_up()
         self.instances.extend(made)
         return made
 
