@@ -17,7 +17,7 @@ from shared.apikeys import create_key
 from shared.db import connect
 from tests.chaos.conftest import SCALE, record
 
-MAX_TIME_S = 30 * SCALE
+MAX_TIME_S = 20 * SCALE
 EXAMPLES = 8 * SCALE
 # Erasing a user would end the run's own key; the erasure has its own tests.
 EXCLUDE = r"^/v1/users/"
