@@ -30,11 +30,12 @@ test-chaos: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m chaos tests/chaos
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared services tests bench
-	$(BIN)/ruff format --check shared services tests bench
+	$(BIN)/ruff check shared services engram_cli tests bench
+	$(BIN)/ruff format --check shared services engram_cli tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy shared services
+	$(BIN)/mypy shared services engram_cli
 
 migrate: $(STAMP)
 	$(BIN)/engram migrate

@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from engram_cli.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from shared.db import connect
-from shared.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from shared.migrate import migrate
 from shared.settings import CommonSettings
 

@@ -41,10 +41,10 @@ import numpy as np
 from pydantic import SecretStr
 
 from bench.common import bench_postgres
+from engram_cli.embedded import EmbeddedRedis, free_port
 from services.query.context.auto import assemble_auto
 from services.query.context.models import ContextIn
 from shared.db import connect, create_pool
-from shared.embedded import EmbeddedRedis, free_port
 from shared.embeddings import vector_index
 from shared.memory.people import resolve_person
 from shared.memory.recall import embed_query

@@ -38,11 +38,11 @@ from pydantic import SecretStr
 from tqdm import tqdm
 
 from bench.common import stack
+from engram_cli.embedded import free_port
 from services.embedder.app import create_app as embedder_app
 from services.embedder.settings import EmbedderSettings
 from services.ingest.settings import IngestSettings
 from shared.db import connect
-from shared.embedded import free_port
 from shared.embeddings import local, store
 from shared.events import TurnReceived
 from shared.migrate import migrate

@@ -33,7 +33,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from shared.embedded import free_port
+from engram_cli.embedded import free_port
 from shared.llm.client import OpenAIChatModel
 from shared.llm.jobs import LLMExtractor
 from shared.llm.offline import OfflineExtractor

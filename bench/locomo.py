@@ -46,9 +46,9 @@ import httpx
 import redis.asyncio as aioredis
 
 from bench.common import Progress, bench_stack, table, write_result
+from engram_cli.embedded import with_running_stack
 from shared.apikeys import create_key
 from shared.db import create_pool
-from shared.embedded import with_running_stack
 from shared.errors import ConfigError
 from shared.events import TurnReceived
 from shared.settings import CommonSettings

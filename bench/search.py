@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import bench_postgres  # noqa: E402
+from engram_cli.embedded import EmbeddedRedis, free_port  # noqa: E402
 from services.query import memory_service as ms  # noqa: E402
 from services.query.search import (  # noqa: E402
     ITERATIVE_SCAN,
@@ -54,10 +55,9 @@ from services.query.search import (  # noqa: E402
     uses_index,
 )
 from shared.apikeys import create_key  # noqa: E402
-from shared.cli.migrate import apply  # noqa: E402
 from shared.db import create_pool  # noqa: E402
-from shared.embedded import EmbeddedRedis, free_port  # noqa: E402
 from shared.embeddings import vector_index  # noqa: E402
+from shared.migrate import apply  # noqa: E402
 from shared.settings import CommonSettings  # noqa: E402
 from shared.streams import Publisher  # noqa: E402
 

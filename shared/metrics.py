@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    PLATFORM_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+)
 
 
 class ServiceMetrics:
@@ -12,6 +19,10 @@ class ServiceMetrics:
         self.service = service
         self.registry = CollectorRegistry()
         r = self.registry
+        # process_* (CPU seconds, resident memory, open file descriptors, start time) and
+        # python_info, as on the default registry
+        ProcessCollector(registry=r)
+        r.register(PLATFORM_COLLECTOR)
         self.events = Counter(
             "engram_events_total",
             "Stream entries handled, by outcome (ok, retry, dead)",

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.db import Conn
+from shared.db import Conn, connect
 from shared.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -107,3 +107,12 @@ async def migrate(conn: Conn, *, embedding_dim: int) -> list[str]:
         return done
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
+
+
+async def apply(url: str, embedding_dim: int) -> list[str]:
+    """Connect to ``url``, apply the pending migrations, return their names."""
+    conn = await connect(url, codecs=False)
+    try:
+        return await migrate(conn, embedding_dim=embedding_dim)
+    finally:
+        await conn.close()

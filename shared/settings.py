@@ -46,6 +46,11 @@ class CommonSettings(BaseSettings):
         "machine's memory, 128MB to 8GB (hot rows and the vector index in memory: "
         "PostgreSQL's 128MB makes a 100k-item user read from the OS cache)",
     )
+    embedded_redis_port: int = Field(
+        default=6390,
+        description="port of the embedded Redis that `engram run` starts (fixed, so platforms "
+        "can XADD to it; the machine's own Redis usually has 6379)",
+    )
     log_level: str = "INFO"
     db_pool_min: int = 1
     db_pool_max: int = 10

@@ -20,8 +20,8 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
 
+from engram_cli.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from shared.db import connect, create_pool
-from shared.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from shared.migrate import migrate
 from shared.settings import CommonSettings
 
@@ -119,3 +119,26 @@ async def redis(infra: Infra) -> AsyncIterator[aioredis.Redis]:
 @pytest.fixture
 def user_id() -> str:
     return f"user-{uuid.uuid4().hex[:12]}"
+
+
+MISSING_TOOL_WORDS = ("chromium is missing", "prometheus is missing")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say loudly when tests were skipped because a Debian package is missing (they are
+    part of the suite: `.ci/run` installs chromium and prometheus)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    missing = [
+        r
+        for r in skipped
+        if any(word in str(getattr(r, "longrepr", "")).lower() for word in MISSING_TOOL_WORDS)
+    ]
+    if missing:
+        terminalreporter.write_sep(
+            "!", f"{len(missing)} TESTS SKIPPED: A TOOL IS MISSING", red=True
+        )
+        terminalreporter.write_line(
+            "install Debian's chromium and prometheus (apt-get install chromium prometheus; "
+            ".ci/run does) to run the browser and Prometheus tests",
+            red=True,
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -13,7 +14,7 @@ from prometheus_client import Histogram
 
 from services.query import faults, rpc
 from services.query.context.tools import HintCache
-from services.query.embedding import Resolver, default_resolver
+from services.query.embedding import Resolver, default_resolver, embed_query
 from services.query.routes import routers
 from services.query.settings import QuerySettings
 from services.query.state import QueryState
@@ -21,6 +22,8 @@ from services.query.supersede import register as register_supersession
 from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
 from shared.runtime import Runtime, add_ops_routes
+
+log = logging.getLogger(__name__)
 
 
 def create_app(
@@ -32,6 +35,8 @@ def create_app(
     rt = Runtime("query", settings)
     rt.on_stop.append(lambda _rt: close_default_registry())
     resolver = resolver or default_resolver
+    if settings.warm_up:
+        rt.on_start.append(_warm_up(resolver, settings))
     register_supersession(rt)
     state = QueryState.build(settings, resolver, rt.metrics.registry)
     rpc.register(rt, state)
@@ -52,6 +57,23 @@ def create_app(
     faults.install(app)
     _install_metrics(app, rt)
     return app
+
+
+def _warm_up(resolver: Resolver, settings: QuerySettings) -> Callable[[Runtime], Awaitable[None]]:
+    """Load the default embedding model before /health answers, so the first search does
+    not pay for it (14 s with the local model). A failure is logged: search then degrades
+    to full text as it would for any provider outage."""
+
+    async def warm(rt: Runtime) -> None:
+        started = time.perf_counter()
+        vector = await embed_query(resolver, rt.pool, user_id="", settings=settings, text="warm-up")
+        log.info(
+            "query embedding %s in %.1f s",
+            "ready" if vector is not None else "unavailable",
+            time.perf_counter() - started,
+        )
+
+    return warm
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -104,9 +126,26 @@ def _install_metrics(app: FastAPI, rt: Runtime) -> None:
     ) -> Response:
         started = time.perf_counter()
         response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
+        path = route_label(request.scope)
         latency.labels(request.method, path, f"{response.status_code // 100}xx").observe(
             time.perf_counter() - started
         )
         return response
+
+
+def route_label(scope: dict[str, object]) -> str:
+    """The matched route's template with the prefix of the routers it was included under
+    (``/ui/memories/{item_id}``): FastAPI puts the inner route in the scope, whose path
+    lacks a prefix given to ``include_router``; prefixes are literal segments, so they are
+    the request path's segments in front of the template's."""
+    route = scope.get("route")
+    template = getattr(route, "path", None)
+    if not isinstance(template, str):
+        return "unmatched"
+    path = str(scope.get("path", ""))
+    if ":path}" in template or not path.startswith("/"):
+        return template
+    segments = path.split("/")
+    keep = len(segments) - template.count("/")
+    prefix = "/".join(segments[:keep]) if keep > 1 else ""
+    return prefix + template

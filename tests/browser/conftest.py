@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from engram_cli.embedded import free_port
 from services.query.settings import QuerySettings
-from shared.embedded import free_port
 from tests.conftest import Infra
 from tests.support import ROOT, start_service, wait_healthy
 

@@ -245,3 +245,51 @@ async def test_an_admin_key_picks_one_user_and_sees_only_them(
     await page.goto(f"{ui_server.url}/ui/memories?archived=1")
     await expect(page.locator("#item-list tr.item")).to_have_count(9)
     assert "Alfa" not in await page.content() and alice.user_id not in await page.content()
+
+
+async def test_saving_an_endpoint_that_fails_its_test_needs_save_anyway(
+    page: Any, ui_server: UiServer, pool: asyncpg.Pool
+) -> None:
+    alice, _ = await two_users(pool)
+    scripted = ScriptedServer(dims=8).start()
+    try:
+        await log_in(page, ui_server, pool, alice.user_id)
+        await page.goto(f"{ui_server.url}/ui/settings")
+        await page.select_option("select[name=provider]", "openai")
+        await page.fill("input[name=endpoint_url]", scripted.base_url("openai"))
+        await page.fill("input[name=model]", "text-embedding-3-small")
+        scripted.then(Step("status", status=401, message="invalid api key"))
+        await page.click("#save")
+        await expect(page.locator("#untested-error")).to_contain_text("HTTP 401")
+        stored = await pool.fetchval(
+            "SELECT count(*) FROM embedding_settings WHERE user_id = $1", alice.user_id
+        )
+        assert stored == 0  # the failed endpoint was not saved
+        await screenshot(page, "settings-untested")
+        await page.click("#save-untested")  # then the usual rebuild confirmation
+        await expect(page.locator("#rebuild-total")).to_have_text("10")
+        await page.click("#confirm-rebuild")
+        await expect(page.locator("#save-message")).to_contain_text("rebuilding 10")
+        stored = await pool.fetchval(
+            "SELECT endpoint_url FROM embedding_settings WHERE user_id = $1", alice.user_id
+        )
+        assert stored == scripted.base_url("openai")
+    finally:
+        scripted.stop()
+
+
+async def test_pages_fit_a_phone(browser: Any, ui_server: UiServer, pool: asyncpg.Pool) -> None:
+    alice, _ = await two_users(pool)
+    context = await browser.new_context(viewport={"width": 375, "height": 740})
+    page = await context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        await log_in(page, ui_server, pool, alice.user_id)
+        for path in ("/ui/memories?archived=1", "/ui/people", "/ui/episodes", "/ui/settings"):
+            await page.goto(ui_server.url + path)
+            width = await page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 375, (path, width)
+        await page.goto(ui_server.url + "/ui/memories?archived=1")
+        await screenshot(page, "memories-phone")
+    finally:
+        await context.close()

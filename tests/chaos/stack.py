@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from shared.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
+from engram_cli.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from tests.support import ROOT
 
 SERVICE_PORT = {

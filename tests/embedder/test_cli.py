@@ -22,7 +22,7 @@ async def engram(settings: EmbedderSettings, *args: str) -> subprocess.Completed
     env = service_env(settings, ENGRAM_EMBEDDING_PROVIDER="none", ENGRAM_SECRET_KEY="cli-secret")
     return await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "shared", *args],
+        [sys.executable, "-m", "engram_cli", *args],
         env=env,
         cwd=ROOT,
         capture_output=True,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from shared.embedded import free_port
+from engram_cli.embedded import free_port
 
 
 @dataclass

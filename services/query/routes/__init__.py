@@ -7,6 +7,7 @@ import importlib
 from fastapi import APIRouter
 
 ROUTER_MODULES = [
+    "services.query.routes.index",
     "services.query.routes.me",
     "services.query.routes.memory",
     "services.query.routes.messages",

@@ -2,7 +2,8 @@
 test, and the provider/model change flow with its rebuild.
 
 Flow: "Test embeddings endpoint" probes the form's values (nothing stored).
-"Save" stores a change that leaves the provider in effect as it was; a change
+"Save" first tries a new endpoint: one that fails is stored only after "Save anyway".
+It stores a change that leaves the provider in effect as it was; a change
 of provider or model first answers with an inline confirmation naming how many
 embeddings will be rebuilt, and only "Confirm" stores it and starts the
 rebuild, whose progress the page then polls. Memory content is never edited.
@@ -147,13 +148,28 @@ async def save(request: Request, viewer: ViewerDep, pool: Pool, publisher: Pub) 
         new = await _form(request)
     except FormError as exc:
         return render(request, "_saved.html", {"error": str(exc)}, status_code=400)
-    confirmed = (await request.form()).get("confirm") == "1"
+    form = await request.form()
+    confirmed = form.get("confirm") == "1"
+    untested_ok = form.get("untested") == "1"
     before = await resolve_config(pool, viewer.user_id, s)
     after = _effective_after(s, new, await stored_api_key(pool, viewer.user_id, s))
     changed = after is not None and _identity(before) != _identity(after)
+    if changed and after is not None and after.endpoint_url and not untested_ok:
+        # a new endpoint is tried before it is stored: one that fails is saved only when
+        # the person says so (the vectors would all be errors until it works)
+        try:
+            probe = await probe_endpoint(after, s)
+        except EndpointRefused as exc:  # an address this deployment does not call
+            return render(request, "_saved.html", {"error": str(exc)}, status_code=422)
+        if not probe.ok:
+            return render(request, "_untested.html", {"result": probe})
     count = await rebuild_count(pool, viewer.user_id)
     if changed and count.total > 0 and not confirmed:
-        return render(request, "_confirm.html", {"before": before, "after": after, "count": count})
+        return render(
+            request,
+            "_confirm.html",
+            {"before": before, "after": after, "count": count, "untested": untested_ok},
+        )
     try:
         saved = await put_provider_settings(pool, viewer.user_id, new, s)
     except EndpointRefused as exc:

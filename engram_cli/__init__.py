@@ -12,12 +12,12 @@ import sys
 
 # Modules that contribute subcommands, in help order.
 COMMANDS = [
-    "shared.cli.run",
-    "shared.cli.migrate",
-    "shared.cli.publish",
-    "shared.cli.inspect",
-    "shared.cli.embeddings",
-    "shared.cli.keys",
+    "engram_cli.run",
+    "engram_cli.migrate",
+    "engram_cli.publish",
+    "engram_cli.inspect",
+    "engram_cli.embeddings",
+    "engram_cli.keys",
 ]
 
 

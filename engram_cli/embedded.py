@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -34,6 +35,31 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def detached() -> None:
+    """``preexec_fn`` of a server or service that ``engram run`` owns: its own session, so
+    the terminal's Ctrl-C reaches only ``engram run`` (which stops the services first, then
+    Redis and PostgreSQL), and SIGTERM when ``engram run`` dies, so nothing is left behind.
+    Call it only from the main thread (the death signal follows the thread that forked)."""
+    os.setsid()
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the session alone still keeps Ctrl-C off
+        pass
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def redis_binary() -> str:
@@ -61,7 +87,9 @@ class EmbeddedRedis:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, *, persistent: bool = True) -> str:
+    def start(self, *, persistent: bool = True, detach: bool = False) -> str:
+        """Start redis-server; ``detach`` (``engram run``, main thread only) puts it in its
+        own session, to be stopped by :meth:`stop` after the services."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
             redis_binary(),
@@ -78,7 +106,12 @@ class EmbeddedRedis:
             "--logfile",
             str((self.data_dir / "redis.log").resolve()),
         ]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.process = subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=detached if detach else None,
+        )
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

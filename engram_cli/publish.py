@@ -18,7 +18,7 @@ from typing import Any, TextIO
 import redis.asyncio as aioredis
 from pydantic import ValidationError
 
-from shared.embedded import with_running_stack
+from engram_cli.embedded import with_running_stack
 from shared.errors import InvalidEvent
 from shared.events import encode, episode_adapter, turn_adapter
 from shared.settings import CommonSettings

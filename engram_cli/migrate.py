@@ -5,18 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from shared.db import connect
-from shared.embedded import with_running_stack
-from shared.migrate import migrate
+from engram_cli.embedded import with_running_stack
+from shared.migrate import apply
 from shared.settings import CommonSettings
-
-
-async def apply(url: str, embedding_dim: int) -> list[str]:
-    conn = await connect(url, codecs=False)
-    try:
-        return await migrate(conn, embedding_dim=embedding_dim)
-    finally:
-        await conn.close()
 
 
 def run(args: argparse.Namespace) -> int:

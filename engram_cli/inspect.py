@@ -9,8 +9,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from engram_cli.embedded import with_running_stack
 from shared.db import connect
-from shared.embedded import with_running_stack
 from shared.settings import CommonSettings
 from shared.streams import EVENT_FIELD
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from engram_cli.embedded import with_running_stack
 from shared.apikeys import create_key, list_keys, revoke_key
 from shared.db import connect
-from shared.embedded import with_running_stack
 from shared.errors import ConfigError
 from shared.settings import CommonSettings
 

@@ -8,8 +8,8 @@ import asyncio
 import redis.asyncio as aioredis
 from tqdm import tqdm
 
+from engram_cli.embedded import with_running_stack
 from shared.db import create_pool
-from shared.embedded import with_running_stack
 from shared.embeddings.lifecycle import (
     count_missing,
     embed_missing,

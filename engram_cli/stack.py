@@ -20,9 +20,16 @@ from pathlib import Path
 
 import httpx
 
-from shared.cli.migrate import apply
-from shared.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, stack_file, write_stack
-from shared.errors import InfrastructureError
+from engram_cli.embedded import (
+    EmbeddedPostgres,
+    EmbeddedRedis,
+    detached,
+    port_is_free,
+    stack_file,
+    write_stack,
+)
+from shared.errors import ConfigError, InfrastructureError
+from shared.migrate import apply
 from shared.settings import CommonSettings
 
 log = logging.getLogger(__name__)
@@ -38,30 +45,48 @@ class Stack:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     database_url: str = ""
     redis_url: str = ""
+    quiet: bool = True
 
     def start_servers(self) -> None:
+        """Start what is not configured by URL, apply migrations; one line each."""
         s = self.settings
         s.data_dir.mkdir(parents=True, exist_ok=True)
         if s.database_url is None:
-            print(f"starting embedded PostgreSQL in {s.data_dir / 'postgres'} ...", flush=True)
+            started = time.monotonic()
             self.postgres = EmbeddedPostgres(
                 s.data_dir / "postgres", config={"shared_buffers": s.embedded_pg_shared_buffers}
             )
             self.database_url = self.postgres.start()
+            line(
+                "PostgreSQL",
+                f"embedded, ready in {time.monotonic() - started:.1f} s "
+                f"({s.data_dir / 'postgres'})",
+            )
         else:
             self.database_url = s.database_url.get_secret_value()
+            line("PostgreSQL", "ENGRAM_DATABASE_URL")
         if s.redis_url is None:
-            self.redis = EmbeddedRedis(s.data_dir / "redis", port=free_port())
-            print(f"starting embedded Redis in {s.data_dir / 'redis'} ...", flush=True)
-            self.redis_url = self.redis.start()
+            port = s.embedded_redis_port
+            if not port_is_free(port):
+                raise ConfigError(
+                    f"port {port} for the embedded Redis is taken (another 'engram run'?); "
+                    "stop it or set ENGRAM_EMBEDDED_REDIS_PORT"
+                )
+            self.redis = EmbeddedRedis(s.data_dir / "redis", port=port)
+            self.redis_url = self.redis.start(detach=True)
+            line("Redis", f"embedded, {self.redis_url} ({s.data_dir / 'redis'})")
         else:
             self.redis_url = s.redis_url.get_secret_value()
+            line("Redis", "ENGRAM_REDIS_URL")
         done = asyncio.run(apply(self.database_url, s.embedding_dim))
-        print(f"migrations: {len(done)} applied" + (f" ({', '.join(done)})" if done else ""))
+        line("migrations", f"{len(done)} applied" if done else "up to date")
         write_stack(s, database_url=self.database_url, redis_url=self.redis_url)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
+        if self.quiet:
+            env.setdefault("ENGRAM_LOG_LEVEL", "WARNING")
+            env.setdefault("TQDM_DISABLE", "1")  # the model's loading bar
         env["ENGRAM_DATABASE_URL"] = self.database_url
         env["ENGRAM_REDIS_URL"] = self.redis_url
         env["ENGRAM_DATA_DIR"] = str(self.settings.data_dir.resolve())
@@ -71,15 +96,20 @@ class Stack:
         root = Path(__file__).resolve().parent.parent
         for name in names:
             self.processes[name] = subprocess.Popen(
-                [sys.executable, "-m", f"services.{name}"], env=self.env(), cwd=root
+                [sys.executable, "-m", f"services.{name}"],
+                env=self.env(),
+                cwd=root,
+                preexec_fn=detached,
             )
 
     def port(self, name: str) -> int:
         return int(getattr(self.settings, f"{name}_port"))
 
     def wait_healthy(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        waiting = set(self.processes)
+        """Wait for every service's /health; print a line as each one answers."""
+        started = time.monotonic()
+        deadline = started + timeout
+        waiting = list(self.processes)
         while waiting and time.monotonic() < deadline:
             for name in list(waiting):
                 proc = self.processes[name]
@@ -88,7 +118,8 @@ class Stack:
                 try:
                     url = f"http://{self.settings.host}:{self.port(name)}/health"
                     if httpx.get(url, timeout=1.0).status_code == 200:
-                        waiting.discard(name)
+                        waiting.remove(name)
+                        line(name, f"ready in {time.monotonic() - started:.1f} s")
                 except httpx.HTTPError:
                     pass
             time.sleep(0.2)
@@ -112,8 +143,14 @@ class Stack:
         stack_file(self.settings).unlink(missing_ok=True)
 
 
-def run_stack(settings: CommonSettings, services: list[str] | None = None) -> int:
-    stack = Stack(settings)
+def line(what: str, text: str) -> None:
+    print(f"  {what:<11}{text}", flush=True)
+
+
+def run_stack(
+    settings: CommonSettings, services: list[str] | None = None, *, quiet: bool = True
+) -> int:
+    stack = Stack(settings, quiet=quiet)
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -122,21 +159,23 @@ def run_stack(settings: CommonSettings, services: list[str] | None = None) -> in
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    print("starting engram ...", flush=True)
     try:
         stack.start_servers()
         names = services or SERVICES
         stack.start_services(names)
         stack.wait_healthy()
-        h = settings.host
+        base = f"http://{settings.host}:{settings.query_port}"
         print("\nengram is running (Ctrl-C stops it)")
-        print(f"  API        http://{h}:{settings.query_port}/v1")
-        print(f"  API docs   http://{h}:{settings.query_port}/docs")
-        print(f"  browser    http://{h}:{settings.query_port}/ui")
+        print(f"  API        {base}/v1/  (index of the API: {base}/)")
+        print(f"  API docs   {base}/docs")
+        print(f"  browser    {base}/ui/")
         for name in names:
-            print(f"  {name:<10} http://{h}:{stack.port(name)}/metrics  /health")
+            print(f"  {name:<10} http://{settings.host}:{stack.port(name)}/metrics  /health")
         print(f"  PostgreSQL {stack.database_url}")
-        print(f"  Redis      {stack.redis_url}")
-        print("  publish    engram publish FILE.jsonl   (or: make publish FILE=...)\n", flush=True)
+        print(f"  Redis      {stack.redis_url}  (platforms XADD to engram:turns here)")
+        print("  publish    .venv/bin/engram publish FILE.jsonl   (or: make publish FILE=...)\n")
+        sys.stdout.flush()
         while not stopping:
             for name, proc in stack.processes.items():
                 if proc.poll() is not None:
@@ -148,6 +187,6 @@ def run_stack(settings: CommonSettings, services: list[str] | None = None) -> in
             time.sleep(0.3)
         return 0
     finally:
-        print("\nstopping engram ...", flush=True)
+        print("\nstopping engram: services, then Redis and PostgreSQL ...", flush=True)
         stack.stop()
         print("stopped.", flush=True)

@@ -1,5 +1,5 @@
 import sys
 
-from shared.cli import main
+from engram_cli import main
 
 sys.exit(main())
