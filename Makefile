@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast test-chaos lint typecheck migrate publish bench-ingest bench-embed bench-search bench-context bench-extract bench-locomo bench-browser clean
+.PHONY: install run test test-fast test-chaos lint typecheck migrate publish bench-ingest bench-embed bench-search bench-context bench-context-quality bench-extract bench-locomo bench-browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,12 +30,12 @@ test-chaos: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m chaos tests/chaos
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared services engram_cli tests bench
-	$(BIN)/ruff format --check shared services engram_cli tests bench
+	$(BIN)/ruff check shared services engram_cli engram_client tests bench
+	$(BIN)/ruff format --check shared services engram_cli engram_client tests bench
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy shared services engram_cli
+	$(BIN)/mypy shared services engram_cli engram_client
 
 migrate: $(STAMP)
 	$(BIN)/engram migrate
@@ -65,6 +65,11 @@ clean:
 
 bench-context: $(STAMP)
 	$(BIN)/python -m bench.context
+
+# LoCoMo through the whole pipeline: what context, recall and search hand the agent.
+# Uses the stack of `make run` if one is running, else starts its own.
+bench-context-quality: $(STAMP)
+	$(BIN)/python -m bench.context --quality $(LOCOMO)
 
 bench-browser: $(STAMP)
 	$(BIN)/python -m bench.browser

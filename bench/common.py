@@ -7,6 +7,7 @@ directory unless ENGRAM_DATABASE_URL / ENGRAM_REDIS_URL are set.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -15,7 +16,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,18 @@ def bench_postgres(data_dir: Path) -> EmbeddedPostgres:
         delete_on_exit=True,
         config={"shared_buffers": CommonSettings().embedded_pg_shared_buffers},
     )
+
+
+def _run_blocking(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to the end, from sync code or from inside a running event loop
+    (then on a thread of its own: ``asyncio.run`` refuses a nested loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(work)
+        return
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, work).result()
 
 
 @contextlib.contextmanager
@@ -62,7 +75,7 @@ def bench_stack(prefix: str = "bench") -> Iterator[CommonSettings]:
             finally:
                 await conn.close()
 
-        asyncio.run(_migrate())
+        _run_blocking(_migrate())
         yield base.model_copy(
             update={
                 "database_url": SecretStr(db_url),

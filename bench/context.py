@@ -16,6 +16,9 @@ ENGRAM_BENCH_DATABASE_URL / ENGRAM_BENCH_REDIS_URL are set. Writes
 bench/results/context.json and prints a table.
 
     python -m bench.context [--memories 10000] [--messages 50000] [--queries 200]
+
+``--quality [PATH/TO/locomo10.json]`` measures instead what reaches the agent on
+LoCoMo through the whole pipeline (bench/context_quality.py).
 """
 
 from __future__ import annotations
@@ -458,7 +461,16 @@ async def main_async(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
+    if "--quality" in sys.argv[1:]:
+        from bench import context_quality
+
+        return context_quality.main([a for a in sys.argv[1:] if a != "--quality"])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--quality",
+        action="store_true",
+        help="LoCoMo evidence coverage instead of latency (see bench/context_quality.py)",
+    )
     p.add_argument("--memories", type=int, default=10_000)
     p.add_argument("--messages", type=int, default=50_000)
     p.add_argument("--queries", type=int, default=200)

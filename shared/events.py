@@ -36,6 +36,10 @@ class Event(BaseModel):
         return v if v.tzinfo is not None else v.replace(tzinfo=UTC)
 
 
+MAX_TURN_CHARS = 100_000
+"""The longest turn content ingest takes; a longer one is dead-lettered with the reason."""
+
+
 class TurnReceived(Event):
     """One conversation turn, published by a chat platform on ``turns``."""
 
@@ -46,7 +50,7 @@ class TurnReceived(Event):
     chat_id: Annotated[str, Field(min_length=1, max_length=200)]
     episode_id: uuid.UUID | None = None
     role: Role
-    content: str = ""
+    content: Annotated[str, Field(max_length=MAX_TURN_CHARS)] = ""
     tool_name: str | None = None
     tool_args: dict[str, Any] | list[Any] | None = None
     tool_result: Any = None

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from faststream.redis import RedisBroker
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from shared.db import create_pool
 from shared.metrics import ServiceMetrics
@@ -173,10 +173,26 @@ class Runtime:
         return checks
 
 
+class HealthOut(BaseModel):
+    """``/health``: the service, ``ok`` or ``degraded``, and each dependency's check."""
+
+    model_config = ConfigDict(extra="allow")
+
+    service: str
+    status: str = Field(description="ok, or degraded when a dependency does not answer")
+    postgres: str
+    redis: str
+
+
 def add_ops_routes(app: FastAPI, runtime: Runtime) -> None:
     """``/health`` (200 when PostgreSQL and Redis answer, else 503) and ``/metrics``."""
 
-    @app.get("/health", tags=["ops"])
+    @app.get(
+        "/health",
+        tags=["ops"],
+        response_model=HealthOut,
+        responses={503: {"model": HealthOut, "description": "a dependency does not answer"}},
+    )
     async def health() -> JSONResponse:
         checks = await runtime.health()
         ok = all(v == "ok" for v in checks.values())
@@ -185,6 +201,16 @@ def add_ops_routes(app: FastAPI, runtime: Runtime) -> None:
             status_code=200 if ok else 503,
         )
 
-    @app.get("/metrics", tags=["ops"])
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        response_class=Response,
+        responses={
+            200: {
+                "description": "Prometheus text exposition format",
+                "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}},
+            }
+        },
+    )
     async def metrics() -> Response:
         return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -62,6 +62,11 @@ class CommonSettings(BaseSettings):
     consumer_name: str | None = Field(
         default=None, description="unique per process; default host-pid"
     )
+    stale_window_minutes: float = Field(
+        default=30.0,
+        description="a chat idle this long has ended its episode: ingest opens a new one for "
+        "the next turn, and the extractor's sweeper closes and extracts the open one",
+    )
     host: str = "127.0.0.1"
     query_port: int = Field(default=8000, description="the agent API, docs and browser")
     ingest_port: int = Field(default=8101, description="ingest's /health and /metrics")

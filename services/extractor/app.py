@@ -62,7 +62,7 @@ def create_app(
     async def on_extract(batch: Sequence[Delivery[ExtractRequested]]) -> Rejections:
         return await service.handle_requests(holder["x"], batch)
 
-    idle = timedelta(minutes=settings.stale_after_minutes)
+    idle = timedelta(minutes=settings.stale_window_minutes)
 
     async def sweep() -> None:
         await service.sweep(

@@ -7,9 +7,6 @@ from shared.llm.settings import LLMSettings
 
 
 class ExtractorSettings(LLMSettings, EmbeddingSettings):
-    stale_after_minutes: float = Field(
-        default=30.0, description="an open episode idle this long is closed and extracted"
-    )
     sweep_interval_s: float = Field(default=60.0, description="how often the sweeper runs")
     sweep_batch: int = Field(default=500, description="episodes the sweeper takes per run")
     max_facts_per_episode: int = Field(default=5, description="new facts stored per episode")

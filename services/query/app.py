@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from fastapi import FastAPI, Request, Response
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from prometheus_client import Histogram
 
-from services.query import faults, rpc
+from services.query import edges, faults, rpc
 from services.query.context.tools import HintCache
+from services.query.decision_guard import Rewrite
 from services.query.embedding import Resolver, default_resolver, embed_query
+from services.query.facts_service import has_trigram
+from services.query.mcp.http import mount as mount_mcp
 from services.query.routes import routers
 from services.query.settings import QuerySettings
 from services.query.state import QueryState
 from services.query.supersede import register as register_supersession
 from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
+from shared.llm.jobs import build_extractor
 from shared.runtime import Runtime, add_ops_routes
 
 log = logging.getLogger(__name__)
@@ -38,16 +41,23 @@ def create_app(
     if settings.warm_up:
         rt.on_start.append(_warm_up(resolver, settings))
     register_supersession(rt)
-    state = QueryState.build(settings, resolver, rt.metrics.registry)
+    state = QueryState.build(
+        settings, resolver, rt.metrics.registry, rewrite=_decision_rewriter(settings, rt)
+    )
+
+    async def read_trigram(rt: Runtime) -> None:
+        state.trigram = await has_trigram(rt.pool)
+
+    rt.on_start.append(read_trigram)
     rpc.register(rt, state)
-    app = FastAPI(
+    # Swagger UI and ReDoc from the service's own files: /docs works offline
+    app = FastAPIOffline(
         title="engram",
         summary="Long-term memory for chat assistants and AI agents",
         version="1",
         lifespan=rt.lifespan,
     )
     app.state.runtime = rt
-    app.state.settings = settings
     app.state.query = state
     app.state.hint_cache = HintCache()
     add_ops_routes(app, rt)
@@ -56,7 +66,24 @@ def create_app(
     _install_error_handlers(app)
     faults.install(app)
     _install_metrics(app, rt)
+    mount_mcp(app, rt, max_body_bytes=settings.max_request_bytes)
+    edges.install(app, max_request_bytes=settings.max_request_bytes)
     return app
+
+
+def _decision_rewriter(settings: QuerySettings, rt: Runtime) -> Rewrite | None:
+    """The language model's decision rewriter (its client closed on stop), or None."""
+    if not settings.llm_configured:
+        return None
+    extractor, client = build_extractor(settings)
+    if client is not None:
+
+        async def close(_: Runtime) -> None:
+            await client.aclose()
+
+        rt.on_stop.append(close)
+    rewrite: Rewrite = extractor.rewrite_decision
+    return rewrite
 
 
 def _warm_up(resolver: Resolver, settings: QuerySettings) -> Callable[[Runtime], Awaitable[None]]:
@@ -93,22 +120,6 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def other(request: Request, exc: EngramError) -> JSONResponse:
         return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status_code=400)
 
-    @app.exception_handler(RequestValidationError)
-    async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        parts = []
-        for err in exc.errors()[:10]:
-            loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-            parts.append(f"{loc}: {err.get('msg')}")
-        return JSONResponse(
-            {
-                "error": "invalid_request",
-                "detail": "; ".join(parts),
-                # a validator's error carries its exception in ctx: make it text
-                "errors": jsonable_encoder(exc.errors()[:10], custom_encoder={Exception: str}),
-            },
-            status_code=422,
-        )
-
 
 def _install_metrics(app: FastAPI, rt: Runtime) -> None:
     latency = Histogram(
@@ -133,7 +144,7 @@ def _install_metrics(app: FastAPI, rt: Runtime) -> None:
         return response
 
 
-def route_label(scope: dict[str, object]) -> str:
+def route_label(scope: Mapping[str, object]) -> str:
     """The matched route's template with the prefix of the routers it was included under
     (``/ui/memories/{item_id}``): FastAPI puts the inner route in the scope, whose path
     lacks a prefix given to ``include_router``; prefixes are literal segments, so they are

@@ -12,11 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Request, Security, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from shared.apikeys import ApiKey, lookup_key
 
 COOKIE_NAME = "engram_key"
+
+# Declares the Bearer scheme in the OpenAPI (the docs' Authorize button); the
+# header itself is read by _secret_from, which also accepts the browser's cookie.
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    scheme_name="apiKey",
+    bearerFormat="engram API key",
+    description="An engram API key (`engram keys create --user USER`). A user key acts "
+    "for its user; an admin key names the user with the `X-Engram-User` header.",
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +57,10 @@ def _secret_from(request: Request) -> str | None:
     return request.cookies.get(COOKIE_NAME)
 
 
-async def principal(request: Request) -> Principal:
+async def principal(
+    request: Request,
+    _documented: Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)] = None,
+) -> Principal:
     secret = _secret_from(request)
     if not secret:
         raise HTTPException(

@@ -13,7 +13,6 @@ from typing import Any
 import asyncpg
 
 from services.query.memory_service import ENSURE_USER
-from services.query.schemas import CheckpointIn
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
 
@@ -60,29 +59,39 @@ DELETE_THREAD = "DELETE FROM checkpoints WHERE user_id = $1 AND thread_id = $2"
 
 
 async def save(
-    pool: asyncpg.Pool, *, user_id: str, thread_id: str, body: CheckpointIn
+    pool: asyncpg.Pool,
+    *,
+    user_id: str,
+    thread_id: str,
+    state: dict[str, Any],
+    checkpoint_id: str | None = None,
+    parent_id: str | None = None,
+    agent_id: str | None = None,
+    step: int | None = None,
 ) -> dict[str, Any]:
+    """Save ``state`` as a checkpoint of the thread; the parent defaults to its latest."""
+    wanted_parent, wanted_id, wanted_step = parent_id, checkpoint_id, step
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(ENSURE_USER, user_id)
-        if body.parent_id is not None:
-            parent = await conn.fetchrow(ONE, user_id, thread_id, body.parent_id)
+        if wanted_parent is not None:
+            parent = await conn.fetchrow(ONE, user_id, thread_id, wanted_parent)
             if parent is None:
                 raise InvalidRequest(
-                    f"parent checkpoint {body.parent_id!r} does not exist in thread {thread_id!r}"
+                    f"parent checkpoint {wanted_parent!r} does not exist in thread {thread_id!r}"
                 )
         else:
             parent = await conn.fetchrow(LATEST, user_id, thread_id)
-        checkpoint_id = body.checkpoint_id or uuid.uuid4().hex
+        checkpoint_id = wanted_id or uuid.uuid4().hex
         parent_id = parent["checkpoint_id"] if parent is not None else None
         if parent_id == checkpoint_id:
             parent_id = parent["parent_id"] if parent is not None else None
         step = (
-            body.step
-            if body.step is not None
+            wanted_step
+            if wanted_step is not None
             else (parent["step"] + 1 if parent is not None else 0)
         )
         row = await conn.fetchrow(
-            SAVE, user_id, thread_id, checkpoint_id, parent_id, body.agent_id, step, body.state
+            SAVE, user_id, thread_id, checkpoint_id, parent_id, agent_id, step, state
         )
         assert row is not None
         await audit(

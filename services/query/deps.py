@@ -7,6 +7,7 @@ from typing import Annotated
 import asyncpg
 from fastapi import Depends, Request
 
+from services.query.settings import QuerySettings
 from services.query.state import QueryState
 from shared.runtime import Runtime
 from shared.streams import Publisher
@@ -36,3 +37,11 @@ def query_state(request: Request) -> QueryState:
 
 
 State = Annotated[QueryState, Depends(query_state)]
+
+
+def settings(request: Request) -> QuerySettings:
+    """The service's settings: built once in ``create_app``, the one way routes read them."""
+    return query_state(request).settings
+
+
+Settings = Annotated[QuerySettings, Depends(settings)]

@@ -15,38 +15,20 @@ from typing import Any
 
 import asyncpg
 
-from services.query.memory_service import ENSURE_THEME, ENSURE_USER, announce, theme_slug
-from services.query.schemas import FactIn, FactListIn
+from services.query.memory_service import ENSURE_USER, announce
+from services.query.schemas import CONFIDENCE_BY_SOURCE, DEFAULT_CONFIDENCE
 from shared.db import audit
-from shared.errors import NotFound
+from shared.errors import InvalidRequest, NotFound
+from shared.memory.writer import AUDIT_ENTITY, NewItem, insert_items, publish_written, theme_slug
 from shared.streams import Publisher
 
 MAX_DISTANCE = 0.3
 NAMESPACE = "default"
-CONFIDENCE_BY_SOURCE = {"tool_call": 95.0, "auto_discovery": 95.0, "user_explicit": 90.0}
-DEFAULT_CONFIDENCE = 70.0
 
 _LIVE = """category IS NOT NULL AND key IS NOT NULL AND status = 'active'
     AND superseded_at IS NULL AND (expires_at IS NULL OR expires_at > now())"""
 _FACT_COLUMNS = """id, user_id, category, key, content AS value, source, confidence,
     expires_at, source_context, created_at, updated_at, last_verified_at"""
-
-UPSERT_FACT = """
-INSERT INTO memory_items (user_id, namespace, theme, type, category, key, content, source,
-                          confidence, expires_at, source_context, last_verified_at)
-VALUES ($1, $2, $3, 'fact', $4, $5, $6, $7, $8, $9, $10, now())
-ON CONFLICT (user_id, namespace, category, key) WHERE category IS NOT NULL AND key IS NOT NULL
-DO UPDATE SET
-    content = EXCLUDED.content, source = EXCLUDED.source, confidence = EXCLUDED.confidence,
-    expires_at = EXCLUDED.expires_at, source_context = EXCLUDED.source_context,
-    status = 'active', superseded_at = NULL, superseded_by = NULL,
-    last_verified_at = now(), updated_at = now(),
-    embedding_state = CASE WHEN memory_items.content = EXCLUDED.content
-                           THEN memory_items.embedding_state ELSE 'pending' END,
-    embedding = CASE WHEN memory_items.content = EXCLUDED.content
-                     THEN memory_items.embedding END
-RETURNING id, (xmax = 0) AS inserted, embedding_state, created_at, updated_at
-"""
 
 SEARCH_VECTOR = f"""
 SELECT {_FACT_COLUMNS}, (embedding <=> $2::vector)::float8 AS distance
@@ -120,57 +102,52 @@ def escape_like(text: str) -> str:
 
 
 async def save_fact(
-    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, fact: FactIn, actor: str = "api"
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    user_id: str,
+    category: str,
+    key: str,
+    value: str,
+    source: str = "conversation",
+    confidence: float | None = None,
+    expires_days: int | None = None,
+    source_context: str | None = None,
+    actor: str = "api",
 ) -> dict[str, Any]:
-    confidence = fact.confidence
+    """Upsert the value of (category, key); a changed value is re-embedded.
+
+    Without a ``confidence`` the source's default applies (``CONFIDENCE_BY_SOURCE``)."""
     if confidence is None:
-        confidence = CONFIDENCE_BY_SOURCE.get(fact.source, DEFAULT_CONFIDENCE)
-    expires_at = (
-        datetime.now(UTC) + timedelta(days=fact.expires_days) if fact.expires_days else None
+        confidence = CONFIDENCE_BY_SOURCE.get(source, DEFAULT_CONFIDENCE)
+    expires_at = datetime.now(UTC) + timedelta(days=expires_days) if expires_days else None
+    item = NewItem(
+        type="fact",
+        content=value,
+        theme=theme_slug(category),
+        theme_name=category,
+        namespace=NAMESPACE,
+        category=category,
+        key=key,
+        source=source,
+        confidence=confidence,
+        expires_at=expires_at,
+        source_context=source_context,
+        verified=True,
+        audit={"category": category, "key": key},
     )
-    theme = theme_slug(fact.category)
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(ENSURE_USER, user_id)
-        await conn.execute(ENSURE_THEME, user_id, theme, fact.category)
-        row = await conn.fetchrow(
-            UPSERT_FACT,
-            user_id,
-            NAMESPACE,
-            theme,
-            fact.category,
-            fact.key,
-            fact.value,
-            fact.source,
-            confidence,
-            expires_at,
-            fact.source_context,
-        )
-        assert row is not None
-        action = "create" if row["inserted"] else "update"
-        await audit(
-            conn,
-            user_id=user_id,
-            actor=actor,
-            action=action,
-            entity="fact",
-            entity_id=str(row["id"]),
-            details={"category": fact.category, "key": fact.key},
-        )
-    if row["embedding_state"] == "pending":
-        await announce(
-            publisher,
-            user_id=user_id,
-            ids=[row["id"]],
-            change="added" if row["inserted"] else "superseded",
-        )
+    async with pool.acquire() as conn:
+        written = await insert_items(conn, user_id, [item], actor=actor)
+    await publish_written(publisher, written)
+    row = written.items[0]
     return {
-        "id": str(row["id"]),
-        "category": fact.category,
-        "key": fact.key,
-        "created": row["inserted"],
+        "id": str(row.id),
+        "category": category,
+        "key": key,
+        "created": row.inserted,
         "confidence": confidence,
         "expires_at": expires_at.isoformat() if expires_at else None,
-        "embedding": row["embedding_state"],
+        "embedding": row.embedding_state,
     }
 
 
@@ -225,7 +202,7 @@ async def forget_fact(
                 user_id=user_id,
                 actor=actor,
                 action="delete",
-                entity="fact",
+                entity=AUDIT_ENTITY,
                 entity_id=str(r["id"]),
                 details={"category": r["category"], "key": key},
             )
@@ -236,22 +213,30 @@ async def forget_fact(
 
 
 async def list_facts(
-    pool: asyncpg.Pool, *, user_id: str | None, query: FactListIn
+    pool: asyncpg.Pool,
+    *,
+    user_id: str | None,
+    limit: int = 100,
+    offset: int = 0,
+    sort_by: str = "category",
+    sort_order: str = "desc",
+    search: str | None = None,
 ) -> dict[str, Any]:
-    """One page of facts (``user_id`` None = every user's: admin only)."""
+    """One page of facts (``user_id`` None = every user's: admin only).
+
+    ``sort_by`` is one of category, key, created_at, updated_at, confidence."""
+    statement = LIST_STATEMENTS.get((sort_by, sort_order))
+    if statement is None:
+        raise InvalidRequest(f"cannot sort facts by {sort_by!r} {sort_order!r}")
     rows = await pool.fetch(
-        LIST_STATEMENTS[(query.sort_by, query.sort_order)],
-        user_id,
-        escape_like(query.search) if query.search else None,
-        query.limit,
-        query.offset,
+        statement, user_id, escape_like(search) if search else None, limit, offset
     )
     total = rows[0]["total"] if rows else 0
     return {
         "facts": [fact_dict(r) for r in rows],
         "total": total,
-        "limit": query.limit,
-        "offset": query.offset,
+        "limit": limit,
+        "offset": offset,
     }
 
 

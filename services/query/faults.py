@@ -5,8 +5,9 @@
   any NUL byte or lone surrogate in the path, the query string or a JSON / form
   body, and any JSON integer beyond 64 bits: PostgreSQL stores none of them, and
   the answer would otherwise be a 500 from deep inside a statement.
-- Every ``/v1`` error has the body :class:`ErrorBody` (``error``, ``detail``,
-  optional ``errors``), declared in the OpenAPI for each operation.
+- Every ``/v1`` error has the one error body, ``edges.ErrorOut`` (``error``,
+  ``detail``, for 422 ``errors`` naming each field), declared in the OpenAPI for
+  each operation (400, 404 and 503 here; ``edges`` adds 401/403/413/422).
 - PostgreSQL or Redis unreachable (refused, reset, pool closing, timeouts) is
   ``503`` with ``Retry-After``, never a 500 or a dropped connection.
 
@@ -26,9 +27,9 @@ import redis.exceptions as redis_errors
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from services.query.edges import ErrorOut
 from shared.errors import InfrastructureError
 
 Scope = MutableMapping[str, Any]
@@ -60,21 +61,9 @@ DOCUMENTED = {
     "403": "The key may not do this",
     "404": "No such thing for this user (the same whether or not it exists for another)",
     "413": "The request body is too large",
-    "422": "A field is invalid (each entry of errors names it in loc)",
+    "422": "A field is invalid (each entry of errors names its field)",
     "503": "PostgreSQL or Redis is unreachable; retry after Retry-After seconds",
 }
-
-
-class ErrorBody(BaseModel):
-    """Every error of the ``/v1`` API."""
-
-    model_config = ConfigDict(extra="allow")
-
-    error: str = Field(description="a short machine-readable kind, e.g. not_found")
-    detail: str = Field(description="what went wrong, for a person")
-    errors: list[dict[str, Any]] | None = Field(
-        default=None, description="422: one entry per invalid field, its path in loc"
-    )
 
 
 # What "the database or Redis is unreachable" looks like from inside a request.
@@ -139,7 +128,7 @@ def _refusal(loc: Loc, msg: str) -> JSONResponse:
         {
             "error": "invalid_request",
             "detail": f"{where}: {msg}",
-            "errors": [{"loc": list(loc), "msg": msg, "type": "hostile_text"}],
+            "errors": [{"field": str(where), "message": msg, "type": "hostile_text"}],
         },
         status_code=422,
     )
@@ -257,10 +246,10 @@ def install(app: FastAPI) -> None:
             return schema
         done = True
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        components["ErrorBody"] = ErrorBody.model_json_schema(
-            ref_template="#/components/schemas/{model}"
-        )
-        ref = {"$ref": "#/components/schemas/ErrorBody"}
+        defs = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(defs.pop("$defs", {}))
+        components["ErrorOut"] = defs
+        ref = {"$ref": "#/components/schemas/ErrorOut"}
         for path, operations in schema.get("paths", {}).items():
             if not path.startswith("/v1/"):
                 continue

@@ -9,16 +9,17 @@ with substring matches, and marks what it returns as accessed.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import asyncpg
 
 from services.query import memory_service as ms
-from services.query.schemas import ActionIn, FeedbackIn, StoreIn, WorkflowIn
 from services.query.search import SearchParams
 from services.query.state import QueryState
 from shared.db import audit
 from shared.errors import NotFound
+from shared.memory.writer import AUDIT_ENTITY, MemoryType
 from shared.streams import Publisher
 
 Kind = Literal["episodes", "facts", "procedures"]
@@ -66,14 +67,14 @@ def _text(*parts: object) -> str:
     return " ".join(str(p) for p in parts if p not in (None, "", {}, []))
 
 
-def action_text(a: ActionIn) -> str:
-    details = json.dumps(a.details, sort_keys=True, default=str) if a.details else ""
+def action_text(a: Mapping[str, Any]) -> str:
+    details = json.dumps(a["details"], sort_keys=True, default=str) if a.get("details") else ""
     return _text(
-        a.action,
-        a.target,
-        "on" if a.url else None,
-        a.url,
-        f"({a.result})" if a.result else None,
+        a.get("action"),
+        a.get("target"),
+        "on" if a.get("url") else None,
+        a.get("url"),
+        f"({a['result']})" if a.get("result") else None,
         details,
     )
 
@@ -98,58 +99,78 @@ def _memory(
 
 
 async def store_action(
-    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, event: ActionIn
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    user_id: str,
+    action: Mapping[str, Any],
+    namespace: str = "default",
 ) -> dict[str, Any]:
-    data = {"type": "chrome_action", **event.model_dump(exclude={"namespace"})}
-    item = _memory(
-        "episode", action_text(event), data, event.namespace, IMPORTANCE["chrome_action"]
-    )
+    """Store a browser/app action (its fields as given: action, target, url, ...)."""
+    data = {"type": "chrome_action", **action}
+    item = _memory("episode", action_text(action), data, namespace, IMPORTANCE["chrome_action"])
     added = await _store(pool, publisher, user_id=user_id, items=[item])
     return {"memory_id": str(added[0].id)}
 
 
 async def store_feedback(
-    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, event: FeedbackIn
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    user_id: str,
+    feedback: Mapping[str, Any],
+    namespace: str = "default",
 ) -> dict[str, Any]:
-    data = {"type": "feedback", **event.model_dump(exclude={"namespace"})}
+    """Store feedback on a suggestion (suggestion_id, user_response, notes, ...)."""
+    data = {"type": "feedback", **feedback}
     text = _text(
-        "feedback on suggestion", event.suggestion_id + ":", event.user_response, event.notes
+        "feedback on suggestion",
+        f"{feedback['suggestion_id']}:",
+        feedback.get("user_response"),
+        feedback.get("notes"),
     )
-    item = _memory("episode", text, data, event.namespace, IMPORTANCE["feedback"])
+    item = _memory("episode", text, data, namespace, IMPORTANCE["feedback"])
     added = await _store(pool, publisher, user_id=user_id, items=[item])
     return {"memory_id": str(added[0].id)}
 
 
 async def store_workflow(
-    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, event: WorkflowIn
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    user_id: str,
+    workflow: Mapping[str, Any],
+    namespace: str = "default",
+    store_as_procedure: bool = False,
 ) -> dict[str, Any]:
-    steps = "; ".join(_text(s.get("action"), s.get("target"), s.get("url")) for s in event.steps)
-    data = {
-        "type": "workflow_execution",
-        **event.model_dump(exclude={"namespace", "store_as_procedure"}),
-    }
+    """Store a workflow execution (workflow_id, steps, result, ...), and a procedure if asked."""
+    w = workflow
+    steps = "; ".join(
+        _text(s.get("action"), s.get("target"), s.get("url")) for s in w.get("steps", [])
+    )
+    data = {"type": "workflow_execution", **w}
     text = _text(
         "workflow",
-        event.workflow_id,
-        f"({event.result})" if event.result else None,
-        event.description,
+        w["workflow_id"],
+        f"({w['result']})" if w.get("result") else None,
+        w.get("description"),
         steps,
     )
-    items = [_memory("episode", text, data, event.namespace, IMPORTANCE["workflow_execution"])]
-    if event.store_as_procedure:
+    items = [_memory("episode", text, data, namespace, IMPORTANCE["workflow_execution"])]
+    if store_as_procedure:
         procedure = {
             "type": "workflow",
-            "workflow_id": event.workflow_id,
-            "steps": event.steps,
-            "description": event.description,
+            "workflow_id": w["workflow_id"],
+            "steps": w.get("steps", []),
+            "description": w.get("description"),
             "created_from_execution": True,
         }
         items.append(
             _memory(
                 "procedure",
-                _text(event.description, steps),
+                _text(w.get("description"), steps),
                 procedure,
-                event.namespace,
+                namespace,
                 IMPORTANCE["procedure"],
             )
         )
@@ -161,39 +182,49 @@ async def store_workflow(
 
 
 async def store_plain(
-    pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, body: StoreIn
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    user_id: str,
+    text: str,
+    type: MemoryType = "fact",
+    importance: float = 1.0,
+    memory_id: str | None = None,
+    data: Mapping[str, Any] | None = None,
+    namespace: str = "default",
 ) -> dict[str, Any]:
-    data = {"type": body.type, "text": body.text, **body.data}
-    if body.memory_id is None:
+    """Store a plain memory, or with ``memory_id`` replace that one's text and data."""
+    stored = {"type": type, "text": text, **(data or {})}
+    if memory_id is None:
         added = await _store(
             pool,
             publisher,
             user_id=user_id,
-            items=[_memory(body.type, body.text, data, body.namespace, body.importance)],
+            items=[_memory(type, text, stored, namespace, importance)],
         )
         return {"memory_id": str(added[0].id), "updated": False}
-    key = ms.parse_id(body.memory_id)
+    key = ms.parse_id(memory_id)
     async with pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(
             UPDATE_STORE,
             key,
             user_id,
-            ms.check_content(body.text),
-            body.type,
-            body.importance,
-            data,
-            body.namespace,
+            ms.check_content(text),
+            type,
+            importance,
+            stored,
+            namespace,
         )
         if row is None:
-            raise NotFound(f"no memory {body.memory_id}")
+            raise NotFound(f"no memory {memory_id}")
         await audit(
             conn,
             user_id=user_id,
             actor="jarvus",
             action="update",
-            entity="memory",
+            entity=AUDIT_ENTITY,
             entity_id=str(key),
-            details={"type": body.type},
+            details={"type": type},
         )
     await ms.announce(publisher, user_id=user_id, ids=[key], change="added")
     return {"memory_id": str(key), "updated": True}

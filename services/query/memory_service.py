@@ -9,7 +9,6 @@ named in an ``EmbedRequested`` on ``embed`` and a ``MemoryChanged`` on
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,59 +17,22 @@ from typing import Any
 
 import asyncpg
 
-from shared.db import Conn, Executor, audit
+from shared.db import Executor, audit
 from shared.errors import InvalidRequest, NotFound
 from shared.events import EmbedRequested, EmbedTarget, Event, MemoryChanged
+from shared.memory.writer import (
+    AUDIT_ENTITY,
+    NewItem,
+    check_type,
+    insert_items,
+    publish_written,
+    theme_slug,
+)
 from shared.streams import Publisher
 
-MEMORY_TYPES = (
-    "preference",
-    "fact",
-    "instruction",
-    "summary",
-    "procedure",
-    "episode",
-    "decision",
-    "workflow",
-    "other",
-)
-DEFAULT_THEME = "general"
 MAX_CONTENT_CHARS = 20_000
 
 ENSURE_USER = "INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"
-
-ENSURE_THEME = """
-INSERT INTO themes (user_id, slug, display_name) VALUES ($1, $2, $3)
-ON CONFLICT (user_id, slug) DO NOTHING
-"""
-
-# add in one round trip: user and theme ensured, item inserted, audit line
-# written, all in one statement (so one implicit transaction). The foreign keys
-# to users are checked at the end of the statement, after the user's insert.
-ADD_ITEM = """
-WITH u AS (
-    INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING
-),
-t AS (
-    INSERT INTO themes (user_id, slug, display_name) VALUES ($1, $3, $13)
-    ON CONFLICT (user_id, slug) DO NOTHING
-),
-i AS (
-    INSERT INTO memory_items (
-        user_id, namespace, theme, type, content, data, tags, importance,
-        source, source_context, confidence, expires_at
-    )
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-    RETURNING id, created_at, embedding_state
-),
-a AS (
-    INSERT INTO audit_log (user_id, actor, action, entity, entity_id, details)
-    SELECT $1, $14, 'create', 'memory', i.id::text,
-           jsonb_build_object('type', $4::text, 'theme', $3::text)
-    FROM i
-)
-SELECT id, created_at, embedding_state FROM i
-"""
 
 GET_ITEM = """
 SELECT id, user_id, scope, provider, chat_id, namespace, theme, type, category, key,
@@ -142,22 +104,6 @@ class Added:
         }
 
 
-def theme_slug(theme: str | None) -> str:
-    """``"  Work Projects "`` → ``work-projects``; blank → ``general``."""
-    if theme is None or not theme.strip():
-        return DEFAULT_THEME
-    slug = re.sub(r"[^a-z0-9]+", "-", theme.strip().lower()).strip("-")
-    if not slug:
-        raise InvalidRequest(f"theme {theme!r} has no letters or digits")
-    return slug[:100]
-
-
-def check_type(type_: str) -> str:
-    if type_ not in MEMORY_TYPES:
-        raise InvalidRequest(f"unknown type {type_!r}; use one of {', '.join(MEMORY_TYPES)}")
-    return type_
-
-
 def check_content(content: str) -> str:
     content = content.replace("\x00", "").strip()
     if not content:
@@ -176,49 +122,30 @@ async def add_memories(
     actor: str = "api",
 ) -> list[Added]:
     """Store items (one transaction), then ask for their embeddings."""
-    prepared = [
-        (m, theme_slug(m.theme), check_type(m.type), check_content(m.content)) for m in items
-    ]
-    added: list[Added] = []
+    rows = [_row(m) for m in items]
     async with pool.acquire() as conn:
-        if len(prepared) == 1:  # the common case: one statement, no BEGIN/COMMIT
-            added.append(await _add_one(conn, user_id, actor, *prepared[0]))
-        else:
-            async with conn.transaction():
-                for entry in prepared:
-                    added.append(await _add_one(conn, user_id, actor, *entry))
-    await announce(publisher, user_id=user_id, ids=[a.id for a in added], change="added")
-    return added
+        written = await insert_items(conn, user_id, rows, actor=actor)
+    await publish_written(publisher, written)
+    return [
+        Added(w.id, row.theme, w.created_at, w.embedding_state)
+        for w, row in zip(written.items, rows, strict=True)
+    ]
 
 
-async def _add_one(
-    conn: Conn,
-    user_id: str,
-    actor: str,
-    item: NewMemory,
-    slug: str,
-    type_: str,
-    content: str,
-) -> Added:
-    row = await conn.fetchrow(
-        ADD_ITEM,
-        user_id,
-        item.namespace,
-        slug,
-        type_,
-        content,
-        item.data or {},
-        list(item.tags),
-        item.importance,
-        item.source,
-        item.source_context,
-        item.confidence,
-        item.expires_at,
-        slug.replace("-", " ").title(),
-        actor,
+def _row(m: NewMemory) -> NewItem:
+    return NewItem(
+        type=check_type(m.type),
+        content=check_content(m.content),
+        theme=theme_slug(m.theme),
+        namespace=m.namespace,
+        data=m.data or {},
+        tags=m.tags,
+        importance=m.importance,
+        source=m.source,
+        source_context=m.source_context,
+        confidence=m.confidence,
+        expires_at=m.expires_at,
     )
-    assert row is not None
-    return Added(row["id"], slug, row["created_at"], row["embedding_state"])
 
 
 async def add_memory(
@@ -297,7 +224,7 @@ async def archive_memory(
             user_id=user_id,
             actor=actor,
             action="archive",
-            entity="memory",
+            entity=AUDIT_ENTITY,
             entity_id=str(key),
         )
     await announce(publisher, user_id=user_id, ids=[key], change="archived", embed=False)
@@ -319,7 +246,12 @@ async def delete_memory(
         if row is None:
             raise NotFound(f"no memory {item_id}")
         await audit(
-            conn, user_id=user_id, actor=actor, action="delete", entity="memory", entity_id=str(key)
+            conn,
+            user_id=user_id,
+            actor=actor,
+            action="delete",
+            entity=AUDIT_ENTITY,
+            entity_id=str(key),
         )
     await announce(publisher, user_id=user_id, ids=[key], change="deleted", embed=False)
     return {"id": str(key), "deleted": True}

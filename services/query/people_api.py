@@ -8,11 +8,11 @@ from typing import Annotated, Any
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shared.events import EmbedRequested, EmbedTarget, MemoryChanged
+from services.query.remember import MAX_DAYS, Fact, Remembered, remember
 from shared.memory.membership import require_member
 from shared.memory.recall import recall
-from shared.memory.remember import MAX_DAYS, Chat, Fact, Remembered, remember
 from shared.memory.vectors import ModelEmbedder
+from shared.memory.writer import Chat, publish_written
 from shared.streams import Publisher
 
 Subjects = Annotated[
@@ -52,11 +52,18 @@ class RememberIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    content: Annotated[str, Field(min_length=1, max_length=10_000)] | None = None
-    facts: Annotated[list[FactIn], Field(max_length=100)] | None = None
-    subjects: Subjects = Field(default_factory=list)
-    expires_in_days: Days | None = None
-    shared: bool = False
+    content: Annotated[str, Field(min_length=1, max_length=10_000)] | None = Field(
+        default=None, description="A single fact to remember"
+    )
+    facts: Annotated[list[FactIn], Field(max_length=100)] | None = Field(
+        default=None, description="Batch multiple facts in one call (preferred)"
+    )
+    subjects: Subjects = Field(
+        default_factory=list,
+        description="Who this fact is about (e.g., ['Sarah'], ['my wife', 'John'])",
+    )
+    expires_in_days: Days | None = Field(default=None, description="Days until expiration")
+    shared: bool = Field(default=False, description="True for group/team facts")
     type: str = "fact"
     theme: Annotated[str, Field(min_length=1, max_length=100)] = "general"
     chat: ChatIn | None = Field(default=None, description="the chat this call happens in")
@@ -99,9 +106,9 @@ class RememberIn(BaseModel):
 class RecallIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: Annotated[str, Field(max_length=2_000)]
+    query: Annotated[str, Field(max_length=2_000, description="What to search for")]
     about: Annotated[str, Field(max_length=200)] | None = Field(
-        default=None, description="only memories about this person ('my wife', 'Sarah')"
+        default=None, description="Filter to person (e.g., 'my wife', 'Sarah')"
     )
     chat: ChatIn | None = None
     limit: Annotated[int, Field(ge=1, le=100)] = 5
@@ -146,9 +153,10 @@ async def do_remember(
     embedding_dim: int,
     actor: str,
 ) -> dict[str, Any]:
-    """Store, then publish: MemoryChanged for each new and superseded memory, and
-    EmbedRequested for those left pending (their supersession check follows).
-    Shared facts go only into a chat the user is a member of."""
+    """Store, then publish what the writer returns: MemoryChanged for each new and
+    superseded memory, and EmbedRequested for those left pending (their
+    supersession check follows). Shared facts go only into a chat the user is a
+    member of."""
     facts = body.to_facts()
     chat = body.chat.chat() if body.chat else None
     if chat is not None and any(f.shared for f in facts):
@@ -163,23 +171,8 @@ async def do_remember(
         source="user",
         actor=actor,
     )
-    events = [
-        MemoryChanged(memory_id=m.id, user_id=user_id, change="added") for m in result.memories
-    ]
-    events += [
-        MemoryChanged(memory_id=s, user_id=user_id, change="superseded") for s in result.superseded
-    ]
-    await pub.publish("memories", events)
-    if result.pending:
-        await pub.publish(
-            "embed",
-            [
-                EmbedRequested(
-                    user_id=user_id,
-                    targets=[EmbedTarget(kind="memory", id=str(i)) for i in result.pending],
-                )
-            ],
-        )
+    if result.written is not None:
+        await publish_written(pub, result.written)
     return remembered_json(result)
 
 

@@ -16,7 +16,7 @@ async def embedder(request: Request, user_id: UserId) -> Embedder | Unavailable 
         request.app.state.query.resolver,
         request.app.state.runtime.pool,
         user_id=user_id,
-        settings=request.app.state.settings,
+        settings=request.app.state.query.settings,
     )
 
 

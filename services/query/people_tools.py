@@ -1,7 +1,8 @@
 """Ash's ``remember`` and ``recall`` as LLM tools: schemas and one executor.
 
-The schemas are the seed's, in the neutral ``{name, description, parameters}``
-form the tools registry renders as OpenAI or Anthropic function definitions.
+The schemas are built from the same request models as the HTTP routes (the
+seed's argument names; the chat comes from the call's context), in the neutral
+``{name, description, parameters}`` form rendered as OpenAI or Anthropic tools.
 :func:`call_people_tool` validates the arguments with the same models as the
 HTTP routes and runs the same use cases; bad arguments raise InvalidRequest with
 a message written for the model. The chat a tool call happens in comes from the
@@ -16,68 +17,30 @@ import asyncpg
 from pydantic import ValidationError
 
 from services.query.people_api import RecallIn, RememberIn, do_recall, do_remember
+from services.query.tool_specs import ToolSpec, neutral
 from shared.errors import InvalidRequest
-from shared.memory.remember import Chat
 from shared.memory.vectors import ModelEmbedder
+from shared.memory.writer import Chat
 from shared.streams import Publisher
-
-REMEMBER_TOOL: dict[str, Any] = {
-    "name": "remember",
-    "description": "Store a fact or preference in long-term memory",
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "content": {"type": "string", "description": "A single fact to remember"},
-            "facts": {
-                "type": "array",
-                "description": "Batch multiple facts in one call (preferred)",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "content": {"type": "string"},
-                        "subjects": {"type": "array", "items": {"type": "string"}},
-                        "expires_in_days": {"type": "integer", "minimum": 1},
-                        "shared": {"type": "boolean"},
-                    },
-                    "required": ["content"],
-                },
-            },
-            "subjects": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "Who this fact is about (e.g., ['Sarah'], ['my wife', 'John'])",
-            },
-            "expires_in_days": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "Days until expiration",
-            },
-            "shared": {"type": "boolean", "description": "True for group/team facts"},
-        },
-    },
-}
-
-RECALL_TOOL: dict[str, Any] = {
-    "name": "recall",
-    "description": "Search memory for relevant information",
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "What to search for"},
-            "about": {
-                "type": "string",
-                "description": "Filter to person (e.g., 'my wife', 'Sarah')",
-            },
-        },
-        "required": ["query"],
-    },
-}
-
-PEOPLE_TOOLS = [REMEMBER_TOOL, RECALL_TOOL]
-NAMES = frozenset(t["name"] for t in PEOPLE_TOOLS)
 
 _REMEMBER_ARGS = {"content", "facts", "subjects", "expires_in_days", "shared"}
 _RECALL_ARGS = {"query", "about"}
+
+REMEMBER = ToolSpec(
+    name="remember",
+    description="Store a fact or preference in long-term memory",
+    model=RememberIn,
+    only=_REMEMBER_ARGS,
+)
+RECALL = ToolSpec(
+    name="recall",
+    description="Search memory for relevant information",
+    model=RecallIn,
+    only=_RECALL_ARGS,
+)
+PEOPLE_SPECS = [REMEMBER, RECALL]
+PEOPLE_TOOLS = [neutral(s) for s in PEOPLE_SPECS]
+NAMES = frozenset(s.name for s in PEOPLE_SPECS)
 
 
 def _problems(exc: ValidationError) -> str:

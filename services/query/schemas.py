@@ -11,18 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.query.search import MAX_LIMIT, SearchParams
+from shared.memory.writer import MemoryType
 
-MemoryType = Literal[
-    "preference",
-    "fact",
-    "instruction",
-    "summary",
-    "procedure",
-    "episode",
-    "decision",
-    "workflow",
-    "other",
-]
 Text = Annotated[str, Field(max_length=20_000)]
 
 
@@ -70,21 +60,40 @@ class ItemIn(Body):
 
 
 Source = Literal["conversation", "tool_call", "auto_discovery", "user_explicit"]
+CONFIDENCE_BY_SOURCE: dict[str, float] = {
+    "tool_call": 95.0,
+    "auto_discovery": 95.0,
+    "user_explicit": 90.0,
+}
+DEFAULT_CONFIDENCE = 70.0
+CONFIDENCE_TEXT = (
+    "confidence 0-100; omitted, it follows the source: "
+    + ", ".join(f"{k} {v:g}" for k, v in CONFIDENCE_BY_SOURCE.items())
+    + f", otherwise {DEFAULT_CONFIDENCE:g}"
+)
 SortBy = Literal["category", "key", "created_at", "updated_at", "confidence"]
 
 
 class FactIn(Body):
-    category: Annotated[str, Field(min_length=1, max_length=100)]
-    key: Annotated[str, Field(min_length=1, max_length=200)]
-    value: Annotated[str, Field(min_length=1, max_length=20_000)]
+    category: Annotated[str, Field(min_length=1, max_length=100)] = Field(
+        description="e.g. location, work"
+    )
+    key: Annotated[str, Field(min_length=1, max_length=200)] = Field(description="e.g. home_city")
+    value: Annotated[str, Field(min_length=1, max_length=20_000)] = Field(
+        description="the fact's value"
+    )
     source: Source = "conversation"
-    confidence: Annotated[float | None, Field(ge=0, le=100)] = None
-    expires_days: Annotated[int | None, Field(ge=1, le=36500)] = None
-    source_context: Annotated[str | None, Field(max_length=2000)] = None
+    confidence: Annotated[float | None, Field(ge=0, le=100, description=CONFIDENCE_TEXT)] = None
+    expires_days: Annotated[
+        int | None, Field(ge=1, le=36500, description="forget after this many days")
+    ] = None
+    source_context: Annotated[
+        str | None, Field(max_length=2000, description="where it was learned")
+    ] = None
 
 
 class FactSearchIn(Body):
-    query: Annotated[str, Field(min_length=1, max_length=2000)]
+    query: Annotated[str, Field(min_length=1, max_length=2000, description="what to look for")]
     limit: Annotated[int, Field(ge=1, le=100)] = 15
 
 

@@ -17,3 +17,8 @@ class QuerySettings(LLMSettings, EmbeddingSettings):
     cookie_secure: bool = Field(
         default=False, description="mark the browser's key cookie Secure (set true behind HTTPS)"
     )
+    max_request_bytes: int = Field(
+        default=1_000_000,
+        ge=1_000,
+        description="largest request body the API accepts (bytes); larger ones get 413",
+    )

@@ -1,6 +1,9 @@
-"""What the query service's adapters share: the embedder resolver and search metrics.
+"""What the query service's adapters share, built once at start-up.
 
-Built once in ``create_app`` and stored on ``app.state.query``; HTTP routes, the
+``create_app`` builds it and stores it on ``app.state.query``: the settings (the
+one way routes reach them), the embedder resolver, the search and decision
+metrics, the decision rewriter (the language model's, when one is configured)
+and whether pg_trgm is installed (read when the service starts). HTTP routes, the
 tool executor and the Redis request/reply handler all search through
 :meth:`QueryState.search`, so they behave (and are counted) the same.
 """
@@ -12,22 +15,33 @@ from dataclasses import dataclass
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter
 
+from services.query.decision_guard import DecisionMetrics, Rewrite
 from services.query.embedding import Resolver, embed_query
 from services.query.message_search import MODES
 from services.query.search import SearchParams, SearchResult, search
-from shared.settings import CommonSettings
+from services.query.settings import QuerySettings
 
 
 @dataclass
 class QueryState:
-    settings: CommonSettings
+    settings: QuerySettings
     resolver: Resolver
     searches: Counter
     message_searches: Counter
+    decision_metrics: DecisionMetrics
+    rewrite: Rewrite | None = None
+    """The model's decision rewriter, or None without a language model."""
+    trigram: bool = False
+    """pg_trgm is installed (facts search); read once when the service starts."""
 
     @classmethod
     def build(
-        cls, settings: CommonSettings, resolver: Resolver, registry: CollectorRegistry
+        cls,
+        settings: QuerySettings,
+        resolver: Resolver,
+        registry: CollectorRegistry,
+        *,
+        rewrite: Rewrite | None = None,
     ) -> QueryState:
         searches = Counter(
             "engram_searches_total",
@@ -50,6 +64,8 @@ class QueryState:
             resolver=resolver,
             searches=searches,
             message_searches=message_searches,
+            decision_metrics=DecisionMetrics(registry),
+            rewrite=rewrite,
         )
 
     async def query_vector(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
+import asyncpg
+
 from shared.events import MemoryChanged, memory_adapter
 from shared.memory.supersession import check_supersession
 from shared.runtime import Runtime
@@ -13,21 +15,30 @@ from shared.streams import Delivery, Rejections
 GROUP = "supersession"
 
 
-async def on_memories_changed(rt: Runtime, batch: Sequence[Delivery[MemoryChanged]]) -> Rejections:
-    """For each ``embedded`` memory, supersede what it conflicts with (idempotent: a
-    redelivered event finds nothing left to mark), then announce what was superseded."""
+async def supersede_embedded(
+    pool: asyncpg.Pool, events: Sequence[MemoryChanged]
+) -> list[MemoryChanged]:
+    """Use case: for each ``embedded`` memory, supersede what it conflicts with
+    (idempotent: a redelivered event finds nothing left to mark); return the
+    ``superseded`` changes to announce."""
     ready: dict[uuid.UUID, str] = {}
-    for d in batch:
-        if d.event.change == "embedded":
-            ready[d.event.memory_id] = d.event.user_id
+    for event in events:
+        if event.change == "embedded":
+            ready[event.memory_id] = event.user_id
     changed: list[MemoryChanged] = []
     if ready:
-        async with rt.pool.acquire() as conn:
+        async with pool.acquire() as conn:
             for memory_id, user_id in ready.items():
                 for old in await check_supersession(conn, memory_id, actor="supersession"):
                     changed.append(
                         MemoryChanged(memory_id=old, user_id=user_id, change="superseded")
                     )
+    return changed
+
+
+async def on_memories_changed(rt: Runtime, batch: Sequence[Delivery[MemoryChanged]]) -> Rejections:
+    """Adapter: the events out of their stream entries, the use case, then publish."""
+    changed = await supersede_embedded(rt.pool, [d.event for d in batch])
     await rt.publisher.publish("memories", changed)
     return {}
 

@@ -1,7 +1,8 @@
 """The memory tools as LLM function-calling schemas, and their executor.
 
-Two tools: ``memory`` (Nova 3.2: search, add, get, archive, list_themes) and
-``memory_facts`` (Navi: save, search, forget, list). :func:`tool_schemas` gives
+Tools: ``memory`` (Nova 3.2: search, add, get, archive, list_themes),
+``memory_facts`` (Navi: save, search, forget, list), ``remember`` and ``recall``
+(Ash), ``context`` and ``episode_recall``. :func:`tool_schemas` gives
 them in OpenAI and Anthropic formats; :func:`call_tool` runs one call for one
 user and returns its JSON result, or raises :class:`ToolError` with a message
 written for the model (bad arguments, unknown item, unknown tool).
@@ -18,9 +19,13 @@ from pydantic import BaseModel, ValidationError
 
 from services.query import facts_service as fs
 from services.query import memory_service as ms
+from services.query.context.tools import HintCache
+from services.query.context_tools import CONTEXT_SPECS, call_context_tool
+from services.query.context_tools import NAMES as CONTEXT_TOOL_NAMES
 from services.query.embedding import user_embedder
+from services.query.memory_tool_specs import FACTS, MEMORY, Nothing
 from services.query.people_tools import NAMES as PEOPLE_TOOL_NAMES
-from services.query.people_tools import PEOPLE_TOOLS, call_people_tool
+from services.query.people_tools import PEOPLE_SPECS, call_people_tool
 from services.query.schemas import (
     AddIn,
     FactIn,
@@ -31,98 +36,12 @@ from services.query.schemas import (
     SearchIn,
 )
 from services.query.state import QueryState
+from services.query.tool_specs import anthropic, neutral, openai
 from shared.errors import InvalidRequest, NotFound
 from shared.streams import Publisher
 
-TYPES = list(ms.MEMORY_TYPES)
-
-MEMORY_TOOL: dict[str, Any] = {
-    "name": "memory",
-    "description": (
-        "Long-term memory about the user. operation=search finds memories (hybrid "
-        "semantic + keyword; query '*' or empty returns the newest; archived items "
-        "only with status 'archived' or 'any'). operation=add stores one memory "
-        "(type, content, optional theme, tags). operation=get returns one item by id. "
-        "operation=archive hides an outdated or wrong item (add a corrected one first). "
-        "operation=list_themes lists the themes in use."
-    ),
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "operation": {
-                "type": "string",
-                "enum": ["search", "add", "get", "archive", "list_themes"],
-            },
-            "query": {"type": "string", "description": "search: words to find; '*' = newest"},
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": 50,
-                "description": "search: results (default 10, max 50)",
-            },
-            "theme": {
-                "type": "string",
-                "description": "search: only this theme; add: theme slug (default 'general')",
-            },
-            "types": {
-                "type": "array",
-                "items": {"type": "string", "enum": TYPES},
-                "description": "search: only these types",
-            },
-            "recency_days": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "search: only items newer than this many days",
-            },
-            "status": {
-                "type": "string",
-                "enum": ["active", "archived", "any"],
-                "description": "search: default active",
-            },
-            "type": {"type": "string", "enum": TYPES, "description": "add: kind of memory"},
-            "content": {"type": "string", "description": "add: the memory, one statement"},
-            "tags": {"type": "array", "items": {"type": "string"}, "description": "add: tags"},
-            "item_id": {"type": "string", "description": "get/archive: the memory's id"},
-        },
-        "required": ["operation"],
-    },
-}
-
-FACTS_TOOL: dict[str, Any] = {
-    "name": "memory_facts",
-    "description": (
-        "Stable facts about the user, one value per (category, key). action=save upserts "
-        "a fact; action=search finds facts by meaning or keyword; action=forget deletes "
-        "a fact by key (only when the user asks or it is clearly wrong); action=list "
-        "returns stored facts. Confidence 0-100: tool output 95, user statement 80, "
-        "web 50, guess 30."
-    ),
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "action": {"type": "string", "enum": ["save", "search", "forget", "list"]},
-            "category": {"type": "string", "description": "save/forget: e.g. location, work"},
-            "key": {"type": "string", "description": "save/forget: e.g. home_city"},
-            "value": {"type": "string", "description": "save: the fact's value"},
-            "source": {
-                "type": "string",
-                "enum": ["conversation", "tool_call", "auto_discovery", "user_explicit"],
-            },
-            "confidence": {"type": "number", "minimum": 0, "maximum": 100},
-            "expires_days": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "save: forget after this many days",
-            },
-            "source_context": {"type": "string", "description": "save: where it was learned"},
-            "query": {"type": "string", "description": "search: what to look for"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100},
-        },
-        "required": ["action"],
-    },
-}
-
-TOOLS = [MEMORY_TOOL, FACTS_TOOL, *PEOPLE_TOOLS]
+SPECS = [MEMORY, FACTS, *PEOPLE_SPECS, *CONTEXT_SPECS]
+TOOLS = [neutral(s) for s in SPECS]
 
 
 class ToolError(Exception):
@@ -136,29 +55,17 @@ class ToolContext:
     state: QueryState
     user_id: str
     trigram: bool
+    hint_cache: HintCache
 
 
 def tool_schemas(fmt: str = "all") -> dict[str, list[dict[str, Any]]]:
-    openai = [
-        {
-            "type": "function",
-            "function": {
-                "name": t["name"],
-                "description": t["description"],
-                "parameters": t["parameters"],
-            },
-        }
-        for t in TOOLS
-    ]
-    anthropic = [
-        {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
-        for t in TOOLS
-    ]
-    if fmt == "openai":
-        return {"openai": openai}
-    if fmt == "anthropic":
-        return {"anthropic": anthropic}
-    return {"openai": openai, "anthropic": anthropic}
+    """The tools in OpenAI and/or Anthropic format, built from the request models."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    if fmt in ("all", "openai"):
+        out["openai"] = [openai(t) for t in TOOLS]
+    if fmt in ("all", "anthropic"):
+        out["anthropic"] = [anthropic(t) for t in TOOLS]
+    return out
 
 
 def parse_arguments(arguments: Any) -> dict[str, Any]:
@@ -199,10 +106,20 @@ async def call_tool(ctx: ToolContext, name: str, arguments: Any) -> dict[str, An
             return await _memory(ctx, args)
         if name == "memory_facts":
             return await _facts(ctx, args)
-        if name in PEOPLE_TOOL_NAMES:
+        if name in PEOPLE_TOOL_NAMES or name in CONTEXT_TOOL_NAMES:
             embedder = await user_embedder(
                 ctx.state.resolver, ctx.pool, user_id=ctx.user_id, settings=ctx.state.settings
             )
+            if name in CONTEXT_TOOL_NAMES:
+                return await call_context_tool(
+                    name,
+                    args,
+                    pool=ctx.pool,
+                    state=ctx.state,
+                    user_id=ctx.user_id,
+                    embedder=embedder,
+                    hint_cache=ctx.hint_cache,
+                )
             return await call_people_tool(
                 name,
                 args,
@@ -241,7 +158,7 @@ async def _memory(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             ctx.pool, ctx.publisher, user_id=ctx.user_id, item_id=one.item_id, actor="tool"
         )
     if op == "list_themes":
-        _validate(_Nothing, args, op)
+        _validate(Nothing, args, op)
         return {"themes": await ms.list_themes(ctx.pool, user_id=ctx.user_id)}
     raise ToolError(f"unknown operation {op!r}; use search, add, get, archive or list_themes")
 
@@ -251,7 +168,7 @@ async def _facts(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if action == "save":
         fact: FactIn = _validate(FactIn, args, action)
         return await fs.save_fact(
-            ctx.pool, ctx.publisher, user_id=ctx.user_id, fact=fact, actor="tool"
+            ctx.pool, ctx.publisher, user_id=ctx.user_id, actor="tool", **fact.model_dump()
         )
     if action == "search":
         q: FactSearchIn = _validate(FactSearchIn, args, action)
@@ -278,9 +195,5 @@ async def _facts(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         )
     if action == "list":
         page: FactListIn = _validate(FactListIn, args, action)
-        return await fs.list_facts(ctx.pool, user_id=ctx.user_id, query=page)
+        return await fs.list_facts(ctx.pool, user_id=ctx.user_id, **page.model_dump())
     raise ToolError(f"unknown action {action!r}; use save, search, forget or list")
-
-
-class _Nothing(BaseModel):
-    model_config = {"extra": "forbid"}

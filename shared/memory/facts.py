@@ -30,14 +30,14 @@ from datetime import datetime
 import asyncpg
 import numpy as np
 
-from shared.db import Conn, audit
+from shared.db import Conn
 from shared.errors import EngramError, InvalidModelOutput, InvalidRequest
 from shared.llm.schemas import FactCandidate
 from shared.memory.dates import resolve_relative_dates
 from shared.memory.people import SELF_REFERENCES, resolve_or_create_person
 from shared.memory.secrets import find_secret, redact
-from shared.memory.supersession import check_supersession
 from shared.memory.vectors import TextEmbedder, fit
+from shared.memory.writer import MemoryType, NewItem, insert_items
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +73,6 @@ EPISODE_FACTS = """
 SELECT count(*) FROM memory_items WHERE user_id = $1 AND episode_id = $2 AND data ? 'extractor'
 """
 
-# $12-$15: the vector computed for dedupe and who made it; NULL = embed it later.
-INSERT_FACT = """
-INSERT INTO memory_items (user_id, type, category, content, data, tags, subjects, source,
-                          source_context, episode_id, confidence, last_verified_at,
-                          embedding, embedding_provider, embedding_model, embedding_dims,
-                          embedding_state, embedded_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now(), $12, $13, $14, $15,
-        CASE WHEN $12::vector IS NULL THEN 'pending' ELSE 'ready' END,
-        CASE WHEN $12::vector IS NULL THEN NULL ELSE now() END)
-RETURNING id
-"""
-
 CONFIRM = """
 UPDATE memory_items SET last_verified_at = now(), updated_at = now()
 WHERE id = $1 AND user_id = $2
@@ -113,7 +101,7 @@ class Fact:
     embedded_by: tuple[str, str, int] | None = None
 
     @property
-    def type(self) -> str:
+    def type(self) -> MemoryType:
         return "preference" if self.candidate.category == "preference" else "fact"
 
 
@@ -283,41 +271,28 @@ async def apply_plan(
             "about": c.about,
             "stated_by": c.stated_by,
         }
-        inline = fact.vector is not None and fact.embedded_by is not None
-        by = fact.embedded_by if inline else None
-        memory_id = await conn.fetchval(
-            INSERT_FACT,
-            user_id,
-            fact.type,
-            c.category,
-            fact.content,
-            data,
-            c.tags,
-            fact.subjects,
-            c.source,
-            fact.source_context,
-            episode_id,
-            fact.confidence,
-            fact.vector if inline else None,
-            by[0] if by else None,
-            by[1] if by else None,
-            by[2] if by else None,
+        by = fact.embedded_by
+        item = NewItem(
+            type=fact.type,
+            content=fact.content,
+            category=c.category,
+            data=data,
+            tags=c.tags,
+            subjects=fact.subjects,
+            source=c.source,
+            source_context=fact.source_context,
+            episode_id=episode_id,
+            confidence=fact.confidence,
+            verified=True,
+            vector=fact.vector if by else None,
+            embedded_by=(by[0], by[1]) if by else None,
+            audit={"episode_id": str(episode_id) if episode_id else None},
         )
-        result.stored.append(memory_id)
-        if not inline:
-            result.pending.append(memory_id)
-        await audit(
-            conn,
-            user_id=user_id,
-            action="create",
-            entity="memory_item",
-            entity_id=str(memory_id),
-            actor="extractor",
-            details={"episode_id": str(episode_id) if episode_id else None, "source": c.source},
-        )
-        if inline:
-            # Ash's rule, the same check the query service runs when a vector arrives.
-            result.superseded += await check_supersession(conn, memory_id, actor="extractor")
+        written = (await insert_items(conn, user_id, [item], actor="extractor")).items[0]
+        result.stored.append(written.id)
+        if written.embedding_state == "pending":
+            result.pending.append(written.id)
+        result.superseded += written.superseded
     for memory_id, _ in plan.confirm:
         await conn.execute(CONFIRM, memory_id, user_id)
         result.confirmed.append(memory_id)

@@ -16,7 +16,7 @@ import uuid
 
 from shared.db import Executor
 from shared.errors import NotFound
-from shared.memory.remember import Chat
+from shared.memory.writer import Chat
 
 IS_MEMBER = """
 SELECT EXISTS (SELECT 1 FROM episodes WHERE user_id = $1 AND provider = $2 AND chat_id = $3)

@@ -19,9 +19,9 @@ import asyncpg
 from shared.db import Executor
 from shared.errors import InfrastructureError, InvalidRequest
 from shared.memory.people import Person, find_person, people_by_id
-from shared.memory.remember import Chat
 from shared.memory.search import MemoryHit, hit_json, is_member, search_memories
 from shared.memory.vectors import ModelEmbedder, fit
+from shared.memory.writer import Chat
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ import asyncpg
 from shared.db import Conn, Executor
 from shared.embeddings import vector_index
 from shared.memory.membership import is_member as is_member  # its one home
-from shared.memory.remember import Chat
 from shared.memory.vectors import tsquery
+from shared.memory.writer import Chat
 
 # Parameters shared by the memory statements:
 # $1 user, $2 query vector (or NULL), $3 query text, $4 chat provider, $5 chat id,

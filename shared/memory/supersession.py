@@ -19,6 +19,9 @@ import uuid
 
 from shared.db import Conn, audit
 
+AUDIT_ENTITY = "memory"
+"""The audit log's ``entity`` for every change to a ``memory_items`` row (the one name)."""
+
 THRESHOLD = 0.75
 
 LOAD = """
@@ -105,7 +108,7 @@ async def check_supersession(
                 user_id=user_id,
                 actor=actor,
                 action="supersede",
-                entity="memory",
+                entity=AUDIT_ENTITY,
                 entity_id=str(old),
                 details={"superseded_by": str(winner), "similarity": round(sims.get(old, 0.0), 4)},
             )

@@ -11,17 +11,17 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from shared.memory.writer import NewItem, check_type, insert_items
 from tests.query.helpers import unit
 
 EMBED_ERROR = "HTTP 401: invalid api key for model text-embedding-3-small"
 
-INSERT_ITEM = """
-INSERT INTO memory_items (user_id, theme, type, content, tags, subjects, source, confidence,
-                          status, expires_at, embedding_state, embedding_error, embedding,
-                          embedding_provider, embedding_model, embedding_dims, created_at,
-                          episode_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
-RETURNING id
+# Items go through the one writer, then get the state the pages must show.
+SET_STATE = """
+UPDATE memory_items
+SET status = $2, embedding_state = $3, embedding_error = $4, embedding = $5,
+    embedding_provider = $6, embedding_model = $7, embedding_dims = $8, created_at = $9
+WHERE id = $1
 """
 
 
@@ -96,18 +96,23 @@ async def seed_user(pool: asyncpg.Pool, user_id: str, marker: str) -> Seeded:
             confidence: float | None = 0.9,
         ) -> None:
             vector = unit(zlib.crc32(content.encode())) if state == "ready" else None
-            out.items[name] = await conn.fetchval(
-                INSERT_ITEM,
-                user_id,
-                theme,
-                type_,
-                content,
-                [theme, type_],
-                subjects or [],
-                "user_explicit",
-                confidence,
+            new = NewItem(
+                type=check_type(type_),
+                content=content,
+                theme=theme,
+                tags=[theme, type_],
+                subjects=subjects or [],
+                source="user_explicit",
+                confidence=confidence,
+                expires_at=expires,
+                episode_id=out.episode if name == "atlas" else None,
+            )
+            [written] = (await insert_items(conn, user_id, [new], actor="seed")).items
+            out.items[name] = written.id
+            await conn.execute(
+                SET_STATE,
+                written.id,
                 status,
-                expires,
                 state,
                 error,
                 vector,
@@ -115,7 +120,6 @@ async def seed_user(pool: asyncpg.Pool, user_id: str, marker: str) -> Seeded:
                 "text-embedding-3-small" if state != "pending" else None,
                 384 if state == "ready" else None,
                 now - timedelta(minutes=age_min),
-                out.episode if name == "atlas" else None,
             )
 
         await item("atlas", "work", "fact", f"Project {marker} Atlas ships in May", age_min=1)

@@ -13,6 +13,7 @@ import pytest
 from services.query.app import create_app
 from services.query.settings import QuerySettings
 from shared.apikeys import create_key
+from shared.memory.writer import NewItem, insert_items
 from tests.browser.seed import EMBED_ERROR, Seeded, seed_user
 from tests.query.helpers import resolver_for
 from tests.support import running
@@ -137,11 +138,12 @@ async def test_pages_are_keyset_paged(
     client: httpx.AsyncClient, pool: asyncpg.Pool, user_id: str
 ) -> None:
     await pool.execute("INSERT INTO users (id) VALUES ($1)", user_id)
-    await pool.execute(
-        "INSERT INTO memory_items (user_id, type, content, created_at) "
-        "SELECT $1, 'fact', 'note ' || i, now() - i * interval '1 minute' "
-        "FROM generate_series(1, 120) AS i",
-        user_id,
+    async with pool.acquire() as conn:
+        notes = [NewItem(type="fact", content=f"note {i}") for i in range(1, 121)]
+        written = await insert_items(conn, user_id, notes, actor="test")
+    await pool.executemany(
+        "UPDATE memory_items SET created_at = now() - $2 * interval '1 minute' WHERE id = $1",
+        [(w.id, i) for i, w in enumerate(written.items, start=1)],
     )
     await login(client, pool, user_id)
     seen: list[str] = []

@@ -9,6 +9,7 @@ import pytest
 from pydantic import SecretStr
 
 from services.embedder.settings import EmbedderSettings
+from shared.memory.writer import NewItem, insert_items
 from tests.embedder.scripted import ScriptedServer
 
 
@@ -85,14 +86,12 @@ async def add_memories(
     pool: asyncpg.Pool, user_id: str, texts: list[str], *, status: str = "active"
 ) -> list[uuid.UUID]:
     await add_user(pool, user_id)
-    rows = await pool.fetch(
-        """
-        INSERT INTO memory_items (user_id, type, content, status)
-        SELECT $1, 'fact', c, $2 FROM unnest($3::text[]) WITH ORDINALITY AS t(c, n) ORDER BY n
-        RETURNING id
-        """,
-        user_id,
-        status,
-        texts,
-    )
-    return [r["id"] for r in rows]
+    async with pool.acquire() as conn:
+        items = [NewItem(type="fact", content=c) for c in texts]
+        written = await insert_items(conn, user_id, items, actor="test")
+    ids = [w.id for w in written.items]
+    if status != "active":
+        await pool.execute(
+            "UPDATE memory_items SET status = $2 WHERE id = ANY($1::uuid[])", ids, status
+        )
+    return ids

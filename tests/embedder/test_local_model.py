@@ -71,3 +71,62 @@ def test_the_embedder_keeps_a_call_in_flight_for_every_model_pass() -> None:
 
     assert options(EmbedderSettings(embedding_local_workers=6, embed_parallel=2)).parallel == 6
     assert options(EmbedderSettings(embedding_local_workers=1, embed_parallel=3)).parallel == 3
+
+
+async def test_a_turns_stored_vector_is_the_bare_models_vector_of_its_text(
+    pool: asyncpg.Pool, redis: Any, make_settings: Callable[..., Any], user_id: str
+) -> None:
+    """Nothing between the model and the column changes a turn's vector: a turn sent
+    through ingest and the embedder is stored as the bare model embeds the text
+    ``message_text`` names (docs/retrieval.md: what is embedded for a turn)."""
+    from datetime import UTC, datetime
+
+    from services.embedder.app import create_app as embedder_app
+    from services.embedder.settings import EmbedderSettings
+    from services.ingest.app import create_app as ingest_app
+    from services.ingest.settings import IngestSettings
+    from shared.embeddings import local
+    from shared.embeddings.store import message_text
+    from shared.events import TurnReceived
+    from shared.streams import Publisher
+    from tests.support import running, wait_for
+
+    es = make_settings(EmbedderSettings, embedding_provider="local")
+    ingest = make_settings(IngestSettings, stream_prefix=es.stream_prefix)
+    content = "We adopted a rescue puppy last weekend and named him Biscuit!"
+    at = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    turn = TurnReceived(
+        occurred_at=at,
+        user_id=user_id,
+        display_name="Ann",
+        provider="test",
+        chat_id="c1",
+        role="user",
+        content=content,
+    )
+    async with running(ingest_app(ingest)), running(embedder_app(es)):
+        await Publisher(redis, es).publish("turns", [turn])
+
+        async def stored() -> Any:
+            return await pool.fetchval(
+                "SELECT embedding FROM messages WHERE user_id = $1 AND embedding_state = 'ready'",
+                user_id,
+            )
+
+        vector = (await wait_for(stored, timeout=120, message="the turn embedded")).to_list()
+
+    text = message_text(content, "user", None, None, None, speaker="Ann", at=at)
+    assert text == EMBEDDED_TURN_TEXT
+    [bare] = local.encode([text], batch_size=1)
+    assert len(vector) == len(bare) == 384
+    # float32 end to end: equal to rounding (a half-precision copy would be ~1e-4 off)
+    assert max(abs(x - y) for x, y in zip(vector, bare, strict=True)) < 1e-6
+    # the text is the turn's own: another text's vector would not pass
+    [other] = local.encode([f"Ann: {content} (edited)"], batch_size=1)
+    assert max(abs(x - y) for x, y in zip(vector, other, strict=True)) > 1e-3
+
+
+# What the embedder embeds for the turn above (docs/retrieval.md says why).
+EMBEDDED_TURN_TEXT = (
+    "08 May 2023 Ann: We adopted a rescue puppy last weekend and named him Biscuit!"
+)

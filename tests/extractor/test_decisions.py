@@ -9,9 +9,9 @@ import asyncpg
 import pytest
 
 from services.query.app import create_app
+from services.query.decision_guard import blob_findings
 from services.query.settings import QuerySettings
 from shared.apikeys import create_key
-from shared.memory.decisions import blob_findings
 from tests.extractor.scripted_llm import Reply, ScriptedLLM
 from tests.support import running
 

@@ -12,6 +12,7 @@ import pytest
 
 from shared.llm.schemas import FactCandidate
 from shared.memory.facts import FactResult, apply_plan, plan_facts
+from shared.memory.writer import NewItem, insert_items
 from tests.extractor.helpers import T0, facts_of
 
 DIM = 384
@@ -65,18 +66,19 @@ async def existing(
     await pool.execute(
         "INSERT INTO users (id, display_name) VALUES ($1, 'Tim') ON CONFLICT DO NOTHING", user_id
     )
-    return await pool.fetchval(
-        """INSERT INTO memory_items (user_id, type, content, subjects, embedding, embedding_state,
-                                     embedding_provider, embedding_model)
-           VALUES ($1, 'fact', $2, $3, $4, $5, $6, $7) RETURNING id""",
-        user_id,
-        content,
-        list(subjects),
-        vector,
-        "ready" if vector else "pending",
-        TableEmbedder.provider if vector else None,
-        TableEmbedder.model if vector else None,
-    )
+    async with pool.acquire() as conn:
+        new = NewItem(type="fact", content=content, subjects=list(subjects))
+        [written] = (await insert_items(conn, user_id, [new], actor="test")).items
+    if vector:  # the state an embedded fact has, without running supersession here
+        await pool.execute(
+            "UPDATE memory_items SET embedding = $2, embedding_state = 'ready', "
+            "embedding_provider = $3, embedding_model = $4 WHERE id = $1",
+            written.id,
+            vector,
+            TableEmbedder.provider,
+            TableEmbedder.model,
+        )
+    return written.id
 
 
 async def learn(

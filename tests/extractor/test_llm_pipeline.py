@@ -231,7 +231,7 @@ async def test_stale_episodes_are_extracted_by_the_running_service(
         ExtractorSettings,
         stream_prefix=ingest.stream_prefix,
         sweep_interval_s=0.2,
-        stale_after_minutes=30,
+        stale_window_minutes=30,
     )
     old = datetime.now(UTC) - timedelta(hours=1)
     publisher = Publisher(redis, ingest)

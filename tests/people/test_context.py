@@ -8,6 +8,7 @@ import pytest
 from services.query.context.models import ContextIn
 from services.query.context.tools import HintCache, assemble_tools
 from shared.db import create_pool
+from shared.memory.writer import NewItem, insert_items
 from tests.people.conftest import DownEmbedder, as_user, make_app
 from tests.support import running
 
@@ -101,10 +102,12 @@ async def add_themes(pool, user_id, n, *, long_names=False):
             slug,
             name,
         )
-        await pool.executemany(
-            "INSERT INTO memory_items (user_id, theme, type, content) VALUES ($1, $2, 'fact', $3)",
-            [(user_id, slug, f"SECRET item {j} of {slug}") for j in range(1 + i % 7)],
-        )
+        items = [
+            NewItem(type="fact", content=f"SECRET item {j} of {slug}", theme=slug)
+            for j in range(1 + i % 7)
+        ]
+        async with pool.acquire() as conn:
+            await insert_items(conn, user_id, items, actor="test")
 
 
 @pytest.mark.parametrize("long_names", [False, True])
@@ -132,11 +135,9 @@ async def test_tools_hints_are_cached_per_agent_run(text_api, pool):
     await add_themes(pool, api.user_id, 2)
     first = await api.ok("/v1/context", {"policy": "tools", "agent_run_id": "run-1"})
     assert first["sections"]["hints"][0]["cached"] is False
-    await pool.execute(
-        "INSERT INTO memory_items (user_id, theme, type, content) "
-        "SELECT $1, 'travel', 'fact', 'x' FROM generate_series(1, 9)",
-        api.user_id,
-    )
+    async with pool.acquire() as conn:
+        travel = NewItem(type="fact", content="x", theme="travel", theme_name="travel")
+        await insert_items(conn, api.user_id, [travel] * 9, actor="test")
     again = await api.ok("/v1/context", {"policy": "tools", "agent_run_id": "run-1"})
     assert again["sections"]["hints"][0]["cached"] is True and "travel" not in again["text"]
     fresh = await api.ok("/v1/context", {"policy": "tools", "agent_run_id": "run-2"})
@@ -181,22 +182,23 @@ async def test_sections_policy_has_facts_episodes_and_procedures(text_api, pool)
     api = text_api
     uid = api.user_id
     await api.ok("/v1/remember", {"content": "User prefers dark mode", "type": "preference"})
-    await pool.execute(
-        "INSERT INTO memory_items (user_id, type, content, data) VALUES "
-        "($1, 'episode', 'clicked submit', $2), ($1, 'procedure', 'zoom', $3)",
-        uid,
-        {
-            "type": "chrome_action",
-            "action": "click",
-            "target": "button#submit",
-            "url": "https://example.com",
-            "result": "success",
-        },
-        {
-            "description": "How to start a Zoom meeting",
-            "steps": [{"action": "open_url"}, {"action": "click"}],
-        },
-    )
+    action = {
+        "type": "chrome_action",
+        "action": "click",
+        "target": "button#submit",
+        "url": "https://example.com",
+        "result": "success",
+    }
+    zoom = {
+        "description": "How to start a Zoom meeting",
+        "steps": [{"action": "open_url"}, {"action": "click"}],
+    }
+    async with pool.acquire() as conn:
+        items = [
+            NewItem(type="episode", content="clicked submit", data=action),
+            NewItem(type="procedure", content="zoom", data=zoom),
+        ]
+        await insert_items(conn, uid, items, actor="test")
     ctx = await api.ok("/v1/context", {"policy": "sections", "message": "dark mode zoom"})
     text = ctx["text"]
     assert "User Preferences and Facts:\n- User prefers dark mode" in text

@@ -4,7 +4,7 @@ import pytest
 
 from services.query.people_tools import PEOPLE_TOOLS, call_people_tool
 from shared.errors import InvalidRequest, NotFound
-from shared.memory.remember import Chat
+from shared.memory.writer import Chat
 from tests.people.conftest import make_app
 from tests.support import running
 

@@ -28,7 +28,7 @@ async def test_saving_a_fact_twice_updates_one_row(make_settings, pool, user_id)
         assert listed["total"] == 1 and listed["facts"][0]["value"] == "Paris"
         assert listed["facts"][0]["confidence"] == 80
     actions = await pool.fetch(
-        "SELECT action FROM audit_log WHERE user_id = $1 AND entity = 'fact' ORDER BY id", user_id
+        "SELECT action FROM audit_log WHERE user_id = $1 AND entity = 'memory' ORDER BY id", user_id
     )
     assert [a["action"] for a in actions] == ["create", "update"]
 

@@ -98,13 +98,13 @@ async def test_every_v1_error_is_documented_with_the_error_schema(
         spec = (await client.get("/openapi.json")).json()
         r = await client.get("/v1/no-such-route", headers=await auth(pool, user_id))
         r401 = await client.get("/v1/me")
-    assert "ErrorBody" in spec["components"]["schemas"]
+    assert "ErrorOut" in spec["components"]["schemas"]
     for path, ops in spec["paths"].items():
         if path.startswith("/v1/"):
             for op in ops.values():
                 for code in ("401", "404", "422", "503"):
                     ref = op["responses"][code]["content"]["application/json"]["schema"]
-                    assert ref == {"$ref": "#/components/schemas/ErrorBody"}
+                    assert ref == {"$ref": "#/components/schemas/ErrorOut"}
     assert r.status_code == 404 and set(r.json()) == {"error", "detail"}
     assert r401.status_code == 401 and r401.json()["error"] == "unauthorized"
 

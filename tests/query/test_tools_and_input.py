@@ -17,6 +17,8 @@ async def test_tools_are_listed_in_openai_and_anthropic_formats(make_settings, p
             "memory_facts",
             "remember",
             "recall",
+            "context",
+            "episode_recall",
         ]
         assert body["openai"][0]["type"] == "function"
         assert body["openai"][0]["function"]["parameters"]["properties"]["operation"]["enum"] == [
@@ -31,6 +33,8 @@ async def test_tools_are_listed_in_openai_and_anthropic_formats(make_settings, p
             "memory_facts",
             "remember",
             "recall",
+            "context",
+            "episode_recall",
         ]
         assert body["anthropic"][1]["input_schema"]["properties"]["action"]["enum"] == [
             "save",

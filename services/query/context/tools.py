@@ -23,6 +23,8 @@ import asyncpg
 
 from services.query.context.budget import tokens
 from services.query.context.models import ContextIn, ContextOut
+from services.query.memory_tool_specs import MEMORY
+from services.query.tool_specs import signature
 from shared.db import Conn
 
 log = logging.getLogger(__name__)
@@ -33,13 +35,23 @@ TOP_THEMES = 10
 MIN_THEMES = 5
 THEME_CHARS = 48
 
-INSTRUCTIONS = """## Memory
-You have a long-term memory tool; use it rather than guessing about the user.
-- memory.search(query, theme?, type?): before answering about the user's past, preferences or plans. query='*' or an empty query returns the most recent items.
-- memory.get(id): read one item in full.
-- memory.add(content, theme?, type?): save durable facts, preferences and decisions the user shares.
-- memory.archive(id): retire an item that is wrong or out of date.
-Searches return status=active items by default; status='any' includes archived ones."""
+INSTRUCTIONS = "\n".join(
+    [
+        "## Memory",
+        "You have a long-term memory tool; use it rather than guessing about the user.",
+        f"- {signature(MEMORY, 'search', ['query', 'theme', 'types'])}: before answering "
+        "about the user's past, preferences or plans. query='*' or an empty query returns "
+        "the most recent items.",
+        f"- {signature(MEMORY, 'get', ['item_id'])}: read one item in full.",
+        f"- {signature(MEMORY, 'add', ['type', 'content', 'theme'])}: save durable facts, "
+        "preferences and decisions the user shares.",
+        f"- {signature(MEMORY, 'archive', ['item_id'])}: retire an item that is wrong or "
+        "out of date.",
+        "Searches return status=active items by default; status='any' includes archived ones.",
+    ]
+)
+"""The tool guidance; its call signatures come from the ``memory`` tool's models."""
+LIST_THEMES = signature(MEMORY, "list_themes", [])
 
 UNAVAILABLE = """## Memory
 Memory tools are unavailable right now. Proceed without them: do not call memory tools, and do not claim to remember earlier conversations."""
@@ -109,7 +121,7 @@ def render(hints: Hints | None) -> tuple[str, int]:
     def build(n: int) -> str:
         parts = [INSTRUCTIONS, f"Available memory themes (top {n}):", *lines[:n]]
         if n < hints.total:
-            parts.append("More themes exist: call memory.list_themes() to see them all.")
+            parts.append(f"More themes exist: call {LIST_THEMES} to see them all.")
         return "\n".join(parts)
 
     # Aim at the target while at least MIN_THEMES remain; never pass the hard cap.
@@ -118,7 +130,7 @@ def render(hints: Hints | None) -> tuple[str, int]:
         n -= 1
     while n > 0 and len(build(n).encode()) > HARD_CAP_BYTES:
         n -= 1
-    text = build(n) if n > 0 else INSTRUCTIONS + "\nCall memory.list_themes() to see the themes."
+    text = build(n) if n > 0 else INSTRUCTIONS + f"\nCall {LIST_THEMES} to see the themes."
     assert len(text.encode()) <= HARD_CAP_BYTES
     return text, n
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from services.query import facts_service as fs
+from services.query import responses as R
 from services.query.auth import Admin
 from services.query.deps import Pool, State
 from services.query.schemas import AdminSearchIn, FactListIn
@@ -14,7 +15,11 @@ from services.query.schemas import AdminSearchIn, FactListIn
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 
-@router.post("/search", summary="Search one user's or every user's memories (admin key)")
+@router.post(
+    "/search",
+    summary="Search one user's or every user's memories (admin key)",
+    response_model=R.AdminSearchOut,
+)
 async def search(body: AdminSearchIn, who: Admin, pool: Pool, state: State) -> dict[str, Any]:
     result = await state.search(
         pool, body.params(), user_id=body.user_id, all_users=body.user_id is None
@@ -25,6 +30,10 @@ async def search(body: AdminSearchIn, who: Admin, pool: Pool, state: State) -> d
     return out
 
 
-@router.get("/facts", summary="Facts of every user, sorted and paginated (admin key)")
+@router.get(
+    "/facts",
+    summary="Facts of every user, sorted and paginated (admin key)",
+    response_model=R.FactPageOut,
+)
 async def facts(who: Admin, pool: Pool, q: Annotated[FactListIn, Query()]) -> dict[str, Any]:
-    return await fs.list_facts(pool, user_id=None, query=q)
+    return await fs.list_facts(pool, user_id=None, **q.model_dump())

@@ -5,14 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from services.query.auth import UserId
-from services.query.context.auto import assemble_auto
+from services.query.context.build import build_context
 from services.query.context.models import ContextIn, ContextOut
-from services.query.context.sections import assemble_sections
-from services.query.context.summary import assemble_summary
-from services.query.context.tools import assemble_tools
-from services.query.deps import Pool
+from services.query.deps import Pool, Settings
 from services.query.people_embedder import QueryEmbedder
-from shared.memory.recall import embed_query
 
 router = APIRouter(prefix="/v1", tags=["context"])
 
@@ -25,17 +21,16 @@ router = APIRouter(prefix="/v1", tags=["context"])
 async def context(
     body: ContextIn,
     request: Request,
+    settings: Settings,
     user_id: UserId,
     pool: Pool,
     embedder: QueryEmbedder,
 ) -> ContextOut:
-    if body.policy == "tools":
-        return await assemble_tools(pool, user_id, body, request.app.state.hint_cache)
-    if body.policy == "summary":
-        return await assemble_summary(pool, user_id, body)
-    qv = await embed_query(
-        embedder, body.message, dim=int(request.app.state.settings.embedding_dim)
+    return await build_context(
+        pool,
+        user_id,
+        body,
+        embedder=embedder,
+        embedding_dim=settings.embedding_dim,
+        hint_cache=request.app.state.hint_cache,
     )
-    if body.policy == "sections":
-        return await assemble_sections(pool, user_id, body, qv)
-    return await assemble_auto(pool, user_id, body, qv)

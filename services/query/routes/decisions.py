@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from services.query.auth import UserId
-from services.query.deps import Pool, Pub, Rt
-from shared.llm.client import OpenAIChatModel
-from shared.llm.jobs import build_extractor
-from shared.llm.settings import LLMSettings
-from shared.memory.decisions import MAX_CHARS, TARGET_CHARS, DecisionMetrics, Rewrite
-from shared.memory.decisions import record_decision as record
+from services.query.decision_guard import MAX_CHARS, TARGET_CHARS
+from services.query.decision_guard import record_decision as record
+from services.query.deps import Pool, Pub, State
 from shared.memory.membership import require_member, require_own_episode
-from shared.memory.remember import Chat
-from shared.runtime import Runtime
+from shared.memory.writer import Chat
 
 router = APIRouter(prefix="/v1", tags=["decisions"])
 
@@ -43,33 +39,6 @@ class DecisionOut(BaseModel):
     warnings: list[str]
 
 
-def _metrics(request: Request, rt: Rt) -> DecisionMetrics:
-    state = request.app.state
-    if getattr(state, "decision_metrics", None) is None:
-        state.decision_metrics = DecisionMetrics(rt.metrics.registry)
-    m: DecisionMetrics = state.decision_metrics
-    return m
-
-
-def _rewriter(request: Request, rt: Rt) -> Rewrite | None:
-    """The model's rewriter when the service has a language model configured, else None."""
-    settings = request.app.state.settings
-    if not isinstance(settings, LLMSettings) or not settings.llm_configured:
-        return None
-    state = request.app.state
-    if getattr(state, "decision_extractor", None) is None:
-        extractor, client = build_extractor(settings)
-        state.decision_extractor = extractor
-        if isinstance(client, OpenAIChatModel):
-
-            async def close(_: Runtime) -> None:
-                await client.aclose()
-
-            rt.on_stop.append(close)
-    rewrite: Rewrite = state.decision_extractor.rewrite_decision
-    return rewrite
-
-
 @router.post(
     "/decisions",
     status_code=201,
@@ -81,8 +50,7 @@ async def record_decision(
     user_id: UserId,
     pool: Pool,
     publisher: Pub,
-    metrics: Annotated[DecisionMetrics, Depends(_metrics)],
-    rewrite: Annotated[Rewrite | None, Depends(_rewriter)],
+    state: State,
 ) -> Any:
     # a reference to someone else's episode or a chat one is not in: 404 (issue 17.3/17.6)
     if body.episode_id is not None:
@@ -98,8 +66,8 @@ async def record_decision(
         episode_id=body.episode_id,
         provider=body.provider,
         chat_id=body.chat_id,
-        rewrite=rewrite,
-        metrics=metrics,
+        rewrite=state.rewrite,
+        metrics=state.decision_metrics,
         publisher=publisher,
     )
     return DecisionOut(

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
 from services.query.auth import UserId
-from services.query.deps import Pool, Pub
+from services.query.deps import Pool, Pub, Settings
 from shared.embeddings import (
     ProbeResult,
     ProviderSettingsIn,
@@ -37,7 +37,6 @@ from shared.embeddings.lifecycle import (
 from shared.embeddings.outbound import EndpointRefused
 from shared.embeddings.user_settings import stored_api_key
 from shared.errors import InvalidRequest
-from shared.settings import CommonSettings
 
 router = APIRouter(prefix="/v1/embeddings", tags=["embeddings"])
 
@@ -54,11 +53,6 @@ async def _endpoint_checked(work: Awaitable[T]) -> T:
         ) from None
 
 
-def _settings(request: Request) -> CommonSettings:
-    s: CommonSettings = request.app.state.runtime.settings
-    return s
-
-
 class SavedSettings(BaseModel):
     settings: ProviderSettingsOut
     rebuild_needed: bool
@@ -71,8 +65,8 @@ class RebuildView(BaseModel):
 
 
 @router.get("/settings", summary="The caller's embedding provider settings and what is in effect")
-async def get_settings(user: UserId, pool: Pool, request: Request) -> ProviderSettingsOut:
-    return await get_provider_settings(pool, user, _settings(request))
+async def get_settings(user: UserId, pool: Pool, settings: Settings) -> ProviderSettingsOut:
+    return await get_provider_settings(pool, user, settings)
 
 
 @router.put(
@@ -80,9 +74,9 @@ async def get_settings(user: UserId, pool: Pool, request: Request) -> ProviderSe
     summary="Store the caller's provider (API key encrypted); says whether a rebuild is needed",
 )
 async def put_settings(
-    body: ProviderSettingsIn, user: UserId, pool: Pool, request: Request
+    body: ProviderSettingsIn, user: UserId, pool: Pool, settings: Settings
 ) -> SavedSettings:
-    s = _settings(request)
+    s = settings
     before = await resolve_config(pool, user, s)
     saved = await _endpoint_checked(put_provider_settings(pool, user, body, s))
     after = await resolve_config(pool, user, s)
@@ -97,8 +91,8 @@ async def put_settings(
 
 
 @router.delete("/settings", summary="Forget the caller's provider settings")
-async def delete_settings(user: UserId, pool: Pool, request: Request) -> ProviderSettingsOut:
-    return await delete_provider_settings(pool, user, _settings(request))
+async def delete_settings(user: UserId, pool: Pool, settings: Settings) -> ProviderSettingsOut:
+    return await delete_provider_settings(pool, user, settings)
 
 
 @router.post(
@@ -108,9 +102,9 @@ async def delete_settings(user: UserId, pool: Pool, request: Request) -> Provide
     "means the stored one); without, tests the provider in effect for the caller.",
 )
 async def test_provider(
-    user: UserId, pool: Pool, request: Request, body: ProviderSettingsIn | None = None
+    user: UserId, pool: Pool, settings: Settings, body: ProviderSettingsIn | None = None
 ) -> ProbeResult:
-    s = _settings(request)
+    s = settings
     if body is not None:
         config = config_from_input(body, stored_key=await stored_api_key(pool, user, s))
     else:
@@ -133,5 +127,7 @@ async def get_rebuild(user: UserId, pool: Pool) -> RebuildView:
     status_code=202,
     summary="Rebuild-total: re-embed every row (archived too) with the provider in effect",
 )
-async def post_rebuild(user: UserId, pool: Pool, publisher: Pub, request: Request) -> RebuildStatus:
-    return await start_rebuild(pool, user, _settings(request), publisher=publisher)
+async def post_rebuild(
+    user: UserId, pool: Pool, publisher: Pub, settings: Settings
+) -> RebuildStatus:
+    return await start_rebuild(pool, user, settings, publisher=publisher)

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from services.query import facts_service as fs
+from services.query import responses as R
 from services.query.auth import UserId
 from services.query.deps import Pool, Pub, State
 from services.query.schemas import FactIn, FactListIn, FactSearchIn, ForgetIn, SummaryIn
@@ -14,20 +15,16 @@ from services.query.schemas import FactIn, FactListIn, FactSearchIn, ForgetIn, S
 router = APIRouter(prefix="/v1/facts", tags=["facts (Navi)"])
 
 
-async def trigram_available(request: Request, pool: Pool) -> bool:
-    cached: bool | None = getattr(request.app.state, "has_trgm", None)
-    if cached is None:
-        cached = await fs.has_trigram(pool)
-        request.app.state.has_trgm = cached
-    return cached
-
-
-@router.post("", summary="Save a fact: upsert on (category, key)")
+@router.post("", summary="Save a fact: upsert on (category, key)", response_model=R.SavedFactOut)
 async def save(body: FactIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
-    return await fs.save_fact(pool, pub, user_id=user_id, fact=body)
+    return await fs.save_fact(pool, pub, user_id=user_id, **body.model_dump())
 
 
-@router.post("/search", summary="Find facts: vector (distance < 0.3) first, then trigram/ILIKE")
+@router.post(
+    "/search",
+    summary="Find facts: vector (distance < 0.3) first, then trigram/ILIKE",
+    response_model=R.FactsOut,
+)
 async def search(
     body: FactSearchIn, request: Request, user_id: UserId, pool: Pool, state: State
 ) -> dict[str, Any]:
@@ -38,26 +35,30 @@ async def search(
         query=body.query,
         limit=body.limit,
         vector=vector,
-        trigram=await trigram_available(request, pool),
+        trigram=state.trigram,
     )
     return {"facts": facts}
 
 
-@router.post("/forget", summary="Delete the fact(s) with this key (optionally in one category)")
+@router.post(
+    "/forget",
+    summary="Delete the fact(s) with this key (optionally in one category)",
+    response_model=R.ForgottenOut,
+)
 async def forget(body: ForgetIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
     return await fs.forget_fact(pool, pub, user_id=user_id, key=body.key, category=body.category)
 
 
-@router.get("", summary="All facts, sorted and paginated")
+@router.get("", summary="All facts, sorted and paginated", response_model=R.FactPageOut)
 async def list_(user_id: UserId, pool: Pool, q: Annotated[FactListIn, Query()]) -> dict[str, Any]:
-    return await fs.list_facts(pool, user_id=user_id, query=q)
+    return await fs.list_facts(pool, user_id=user_id, **q.model_dump())
 
 
-@router.get("/summary", summary="The user's narrative summary")
+@router.get("/summary", summary="The user's narrative summary", response_model=R.SummaryOut)
 async def get_summary(user_id: UserId, pool: Pool) -> dict[str, Any]:
     return await fs.get_summary(pool, user_id=user_id)
 
 
-@router.put("/summary", summary="Replace the user's narrative summary")
+@router.put("/summary", summary="Replace the user's narrative summary", response_model=R.SummaryOut)
 async def set_summary(body: SummaryIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
     return await fs.set_summary(pool, user_id=user_id, summary=body.summary)

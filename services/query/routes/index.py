@@ -16,6 +16,7 @@ class ServiceIndex(BaseModel):
     docs: str = Field(description="interactive API reference (Swagger UI)")
     redoc: str
     openapi: str = Field(description="the OpenAPI document")
+    mcp: str = Field(description="the memory tools over MCP (streamable HTTP, Bearer key)")
     browser: str = Field(description="the read-only memory browser")
     health: str
     metrics: str
@@ -29,6 +30,7 @@ def _index(request: Request) -> ServiceIndex:
         docs=f"{base}/docs",
         redoc=f"{base}/redoc",
         openapi=f"{base}/openapi.json",
+        mcp=f"{base}/mcp",
         browser=f"{base}/ui/",
         health=f"{base}/health",
         metrics=f"{base}/metrics",

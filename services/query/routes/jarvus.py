@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from services.query import jarvus_service as js
 from services.query import memory_service as ms
+from services.query import responses as R
 from services.query.auth import UserId
 from services.query.deps import Pool, Pub, State
 from services.query.schemas import ActionIn, FeedbackIn, StoreIn, WorkflowIn
@@ -19,27 +20,68 @@ QueryText = Annotated[str | None, Query(max_length=2000, description="what to lo
 Namespace = Annotated[str, Query(min_length=1, max_length=255)]
 
 
-@router.post("/actions", summary="Store a browser/app action as an episode")
+@router.post(
+    "/actions",
+    summary="Store a browser/app action as an episode",
+    response_model=R.StoredOut,
+    response_model_exclude_unset=True,
+)
 async def action(body: ActionIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
-    return await js.store_action(pool, pub, user_id=user_id, event=body)
+    return await js.store_action(
+        pool,
+        pub,
+        user_id=user_id,
+        action=body.model_dump(exclude={"namespace"}),
+        namespace=body.namespace,
+    )
 
 
-@router.post("/feedback", summary="Store the user's feedback on a suggestion as an episode")
+@router.post(
+    "/feedback",
+    summary="Store the user's feedback on a suggestion as an episode",
+    response_model=R.StoredOut,
+    response_model_exclude_unset=True,
+)
 async def feedback(body: FeedbackIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
-    return await js.store_feedback(pool, pub, user_id=user_id, event=body)
+    return await js.store_feedback(
+        pool,
+        pub,
+        user_id=user_id,
+        feedback=body.model_dump(exclude={"namespace"}),
+        namespace=body.namespace,
+    )
 
 
-@router.post("/workflows", summary="Store a workflow execution (and a procedure if asked)")
+@router.post(
+    "/workflows",
+    summary="Store a workflow execution (and a procedure if asked)",
+    response_model=R.StoredOut,
+    response_model_exclude_unset=True,
+)
 async def workflow(body: WorkflowIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
-    return await js.store_workflow(pool, pub, user_id=user_id, event=body)
+    return await js.store_workflow(
+        pool,
+        pub,
+        user_id=user_id,
+        workflow=body.model_dump(exclude={"namespace", "store_as_procedure"}),
+        namespace=body.namespace,
+        store_as_procedure=body.store_as_procedure,
+    )
 
 
-@router.post("/store", summary="Store (or, with memory_id, update) a plain memory")
+@router.post(
+    "/store",
+    summary="Store (or, with memory_id, update) a plain memory",
+    response_model=R.StoredOut,
+    response_model_exclude_unset=True,
+)
 async def store(body: StoreIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
-    return await js.store_plain(pool, pub, user_id=user_id, body=body)
+    return await js.store_plain(pool, pub, user_id=user_id, **body.model_dump())
 
 
-@router.get("/episodes", summary="Episodes, most relevant first")
+@router.get(
+    "/episodes", summary="Episodes, most relevant first", response_model=R.JarvusEpisodesOut
+)
 async def episodes(
     user_id: UserId,
     pool: Pool,
@@ -61,7 +103,9 @@ async def episodes(
     }
 
 
-@router.get("/facts", summary="Facts and preferences, most relevant first")
+@router.get(
+    "/facts", summary="Facts and preferences, most relevant first", response_model=R.JarvusFactsOut
+)
 async def facts(
     user_id: UserId,
     pool: Pool,
@@ -83,7 +127,11 @@ async def facts(
     }
 
 
-@router.get("/procedures", summary="Procedures and workflows, most relevant first")
+@router.get(
+    "/procedures",
+    summary="Procedures and workflows, most relevant first",
+    response_model=R.JarvusProceduresOut,
+)
 async def procedures(
     user_id: UserId,
     pool: Pool,
@@ -105,11 +153,17 @@ async def procedures(
     }
 
 
-@router.get("/namespaces", summary="The user's namespaces with item counts")
+@router.get(
+    "/namespaces", summary="The user's namespaces with item counts", response_model=R.NamespacesOut
+)
 async def namespaces(user_id: UserId, pool: Pool) -> dict[str, Any]:
     return {"namespaces": await js.namespaces(pool, user_id=user_id)}
 
 
-@router.delete("/memories/{memory_id}", summary="Delete a memory (its embedding goes with it)")
+@router.delete(
+    "/memories/{memory_id}",
+    summary="Delete a memory (its embedding goes with it)",
+    response_model=R.DeletedOut,
+)
 async def delete(memory_id: str, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
     return await ms.delete_memory(pool, pub, user_id=user_id, item_id=memory_id, actor="jarvus")

@@ -6,11 +6,16 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from services.query import responses as R
 from services.query.auth import Caller
 
 router = APIRouter(prefix="/v1", tags=["account"])
 
 
-@router.get("/me", summary="The caller's key: its user and whether it is an admin key")
+@router.get(
+    "/me",
+    summary="The caller's key: its user and whether it is an admin key",
+    response_model=R.MeOut,
+)
 async def me(who: Caller) -> dict[str, Any]:
     return {"user_id": who.user_id, "admin": who.is_admin, "key_prefix": who.key.prefix}

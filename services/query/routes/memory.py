@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from services.query import memory_service as ms
+from services.query import responses as R
 from services.query.auth import UserId
 from services.query.deps import Pool, Pub, State
 from services.query.schemas import AddIn, SearchIn
@@ -14,13 +15,21 @@ from services.query.schemas import AddIn, SearchIn
 router = APIRouter(prefix="/v1/memory", tags=["memory (Nova)"])
 
 
-@router.post("/search", summary="Hybrid search: 70% semantic + 30% full-text; '*' = newest")
+@router.post(
+    "/search",
+    summary="Hybrid search: 70% semantic + 30% full-text; '*' = newest",
+    response_model=R.SearchOut,
+)
 async def search(body: SearchIn, user_id: UserId, pool: Pool, state: State) -> dict[str, Any]:
     result = await state.search(pool, body.params(), user_id=user_id)
     return result.as_dict()
 
 
-@router.post("/add", summary="Store a memory; its embedding is computed asynchronously")
+@router.post(
+    "/add",
+    summary="Store a memory; its embedding is computed asynchronously",
+    response_model=R.AddedOut,
+)
 async def add(body: AddIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
     item = ms.NewMemory(
         type=body.type, content=body.content, theme=body.theme, tags=tuple(body.tags)
@@ -29,21 +38,35 @@ async def add(body: AddIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, A
     return added.as_dict()
 
 
-@router.get("/items/{item_id}", summary="Every field of one memory and its embedding state")
+@router.get(
+    "/items/{item_id}",
+    summary="Every field of one memory and its embedding state",
+    response_model=R.MemoryItemOut,
+)
 async def get(item_id: str, user_id: UserId, pool: Pool) -> dict[str, Any]:
     return await ms.get_memory(pool, user_id=user_id, item_id=item_id)
 
 
-@router.post("/items/{item_id}/archive", summary="Archive a memory (kept, hidden from search)")
+@router.post(
+    "/items/{item_id}/archive",
+    summary="Archive a memory (kept, hidden from search)",
+    response_model=R.ArchivedOut,
+)
 async def archive(item_id: str, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
     return await ms.archive_memory(pool, pub, user_id=user_id, item_id=item_id)
 
 
-@router.delete("/items/{item_id}", summary="Delete a memory and its embedding for good")
+@router.delete(
+    "/items/{item_id}",
+    summary="Delete a memory and its embedding for good",
+    response_model=R.DeletedOut,
+)
 async def delete(item_id: str, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
     return await ms.delete_memory(pool, pub, user_id=user_id, item_id=item_id)
 
 
-@router.get("/themes", summary="The user's themes with their active item counts")
+@router.get(
+    "/themes", summary="The user's themes with their active item counts", response_model=R.ThemesOut
+)
 async def themes(user_id: UserId, pool: Pool) -> dict[str, Any]:
     return {"themes": await ms.list_themes(pool, user_id=user_id)}

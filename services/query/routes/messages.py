@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.query import message_search as ms
+from services.query import responses as R
 from services.query.auth import UserId
 from services.query.deps import Pool, State
 
@@ -44,7 +45,11 @@ class MessageSearchIn(BaseModel):
         )
 
 
-@router.post("/search", summary="Find conversation turns: full-text, semantic or both fused")
+@router.post(
+    "/search",
+    summary="Find conversation turns: full-text, semantic or both fused",
+    response_model=R.MessageSearchOut,
+)
 async def search(
     body: MessageSearchIn, user_id: UserId, pool: Pool, state: State
 ) -> dict[str, Any]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.query import responses as R
 from services.query.auth import UserId
-from services.query.deps import Pool, Pub
+from services.query.deps import Pool, Pub, Settings
 from services.query.people_api import RecallIn, RememberIn, do_recall, do_remember
 from services.query.people_embedder import QueryEmbedder
 from shared.memory.people import list_people, resolve_person
@@ -27,14 +28,14 @@ class PersonIn(BaseModel):
     )
 
 
-def _dim(request: Request) -> int:
-    return int(request.app.state.settings.embedding_dim)
-
-
-@router.post("/remember", summary="Store one fact or a batch, with subjects, expiry and scope")
+@router.post(
+    "/remember",
+    summary="Store one fact or a batch, with subjects, expiry and scope",
+    response_model=R.RememberedOut,
+)
 async def remember(
     body: RememberIn,
-    request: Request,
+    settings: Settings,
     user_id: UserId,
     pool: Pool,
     pub: Pub,
@@ -46,28 +47,40 @@ async def remember(
         user_id,
         body,
         embedder=embedder,
-        embedding_dim=_dim(request),
+        embedding_dim=settings.embedding_dim,
         actor=f"api:{user_id}",
     )
 
 
-@router.post("/recall", summary="Search memory, optionally about one person")
+@router.post(
+    "/recall", summary="Search memory, optionally about one person", response_model=R.RecallOut
+)
 async def recall(
     body: RecallIn,
-    request: Request,
+    settings: Settings,
     user_id: UserId,
     pool: Pool,
     embedder: QueryEmbedder,
 ) -> dict[str, Any]:
-    return await do_recall(pool, user_id, body, embedder=embedder, embedding_dim=_dim(request))
+    return await do_recall(
+        pool, user_id, body, embedder=embedder, embedding_dim=settings.embedding_dim
+    )
 
 
-@router.get("/people", summary="The people this user has told the assistant about")
+@router.get(
+    "/people",
+    summary="The people this user has told the assistant about",
+    response_model=R.PeopleOut,
+)
 async def people(user_id: UserId, pool: Pool) -> dict[str, Any]:
     return {"people": [p.public() for p in await list_people(pool, user_id)]}
 
 
-@router.post("/people", summary="Resolve a reference to a person, creating a first mention")
+@router.post(
+    "/people",
+    summary="Resolve a reference to a person, creating a first mention",
+    response_model=R.ResolvedPersonOut,
+)
 async def resolve(body: PersonIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
     async with pool.acquire() as conn:
         res = await resolve_person(

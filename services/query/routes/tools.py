@@ -8,10 +8,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from services.query import responses as R
 from services.query import toolbox
 from services.query.auth import UserId
-from services.query.deps import Pool, Pub, State
-from services.query.routes.facts import trigram_available
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"])
 
@@ -47,25 +46,42 @@ class ToolCallIn(BaseModel):
         return self.name, self.input if self.input is not None else self.arguments
 
 
-@router.get("", summary="The memory tools in OpenAI and Anthropic function-calling formats")
+async def tool_context(request: Request, user_id: str) -> toolbox.ToolContext:
+    """What a tool call for ``user_id`` runs with, from the app serving ``request``
+    (``/v1/tools/call`` and the MCP server)."""
+    app_state = request.app.state
+    pool = app_state.runtime.pool
+    return toolbox.ToolContext(
+        pool=pool,
+        publisher=app_state.runtime.publisher,
+        state=app_state.query,
+        user_id=user_id,
+        trigram=app_state.query.trigram,
+        hint_cache=app_state.hint_cache,
+    )
+
+
+@router.get(
+    "",
+    summary="The memory tools in OpenAI and Anthropic function-calling formats",
+    response_model=R.ToolSchemasOut,
+    response_model_exclude_unset=True,
+)
 async def tools(
     format: Annotated[Literal["all", "openai", "anthropic"], Query()] = "all",
 ) -> dict[str, Any]:
     return toolbox.tool_schemas(format)
 
 
-@router.post("/call", summary="Run one tool call; errors come back readable for the model")
-async def call(
-    body: ToolCallIn, request: Request, user_id: UserId, pool: Pool, pub: Pub, state: State
-) -> dict[str, Any]:
+@router.post(
+    "/call",
+    summary="Run one tool call; errors come back readable for the model",
+    response_model=R.ToolCallOut,
+    response_model_exclude_unset=True,
+)
+async def call(body: ToolCallIn, request: Request, user_id: UserId) -> dict[str, Any]:
     name, arguments = body.resolved()
-    ctx = toolbox.ToolContext(
-        pool=pool,
-        publisher=pub,
-        state=state,
-        user_id=user_id,
-        trigram=await trigram_available(request, pool),
-    )
+    ctx = await tool_context(request, user_id)
     try:
         result = await toolbox.call_tool(ctx, name, arguments)
     except toolbox.ToolError as exc:

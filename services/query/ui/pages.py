@@ -13,11 +13,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from services.query.deps import Pool, State
-from services.query.memory_service import MEMORY_TYPES
 from services.query.search import MAX_LIMIT, SearchParams
 from services.query.ui import queries as q
 from services.query.ui.session import ViewerDep
 from services.query.ui.web import error_page, is_htmx, render
+from shared.memory.writer import MEMORY_TYPES
 
 router = APIRouter()
 

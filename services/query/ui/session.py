@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from services.query.auth import COOKIE_NAME, Principal
-from services.query.deps import Pool
+from services.query.deps import Pool, settings
 from services.query.ui import queries as q
 from services.query.ui.web import error_page, is_htmx, render, same_origin
 from shared.apikeys import lookup_key
@@ -91,7 +91,7 @@ def _set_cookie(request: Request, response: Response, name: str, value: str) -> 
         path=COOKIE_PATH,
         httponly=True,
         samesite="strict",
-        secure=bool(request.app.state.settings.cookie_secure),
+        secure=settings(request).cookie_secure,
     )
 
 

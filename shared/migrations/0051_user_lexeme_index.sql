@@ -1,3 +1,11 @@
+-- migrate: no-transaction
+-- migrate: replaces 0022_user_lexeme_index
+--
+-- Numbered 0022 when it was written, it landed after 0050 on the databases that
+-- existed then; renumbered 0051 so files apply in one order. A database that
+-- applied it as 0022 records 0051 without running it again. The index is built
+-- CONCURRENTLY: writes to memory_items go on while it is built.
+--
 -- Memory search's full-text side reads one user's words, not everyone's.
 --
 -- `memory_items_user_fts_idx` (0021) is a GIN over (user_id, fts): a search for
@@ -15,7 +23,7 @@
 -- (user_id, fts) GIN is 66 MB and stays, for admin search across users). The
 -- search still checks the row's user and its `ts_rank`, so a hash collision can
 -- neither cross users nor bring in a row that does not match.
-CREATE FUNCTION memory_user_lexemes(user_id text, key text, content text)
+CREATE OR REPLACE FUNCTION memory_user_lexemes(user_id text, key text, content text)
 RETURNS bigint[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT ARRAY(
@@ -25,5 +33,5 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     )
 $$;
 
-CREATE INDEX memory_items_user_lexemes_idx
+CREATE INDEX CONCURRENTLY IF NOT EXISTS memory_items_user_lexemes_idx
     ON memory_items USING gin (memory_user_lexemes(user_id, key, content));

@@ -18,11 +18,17 @@ from datetime import datetime
 
 import asyncpg
 
-from shared.db import audit
 from shared.errors import InfrastructureError, InvalidRequest
 from shared.memory.people import Resolution, resolve_people
-from shared.memory.supersession import check_supersession
 from shared.memory.vectors import ModelEmbedder, fit
+from shared.memory.writer import (
+    MEMORY_TYPES,
+    Chat,
+    NewItem,
+    Written,
+    check_type,
+    insert_items,
+)
 
 log = logging.getLogger(__name__)
 
@@ -30,40 +36,6 @@ MAX_CONTENT = 10_000
 MAX_FACTS = 100
 MAX_SUBJECTS = 20
 MAX_DAYS = 36_500
-TYPES = (
-    "preference",
-    "fact",
-    "instruction",
-    "summary",
-    "procedure",
-    "episode",
-    "decision",
-    "workflow",
-    "other",
-)
-
-INSERT = """
-INSERT INTO memory_items (
-    user_id, scope, provider, chat_id, theme, type, content, subjects, source,
-    source_context, confidence, expires_at, created_at, updated_at,
-    embedding, embedding_state, embedding_provider, embedding_model, embedding_dims, embedded_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-        CASE WHEN $12::int IS NULL THEN NULL ELSE now() + make_interval(days => $12::int) END,
-        clock_timestamp(), clock_timestamp(),
-        $13, CASE WHEN $13::vector IS NULL THEN 'pending' ELSE 'ready' END,
-        $14, $15, $16, CASE WHEN $13::vector IS NULL THEN NULL ELSE clock_timestamp() END)
-RETURNING id, created_at, expires_at, embedding_state
-"""
-
-ENSURE_USER = "INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"
-
-
-@dataclass(frozen=True)
-class Chat:
-    """The chat a call happens in (``provider`` + ``chat_id``)."""
-
-    provider: str
-    chat_id: str
 
 
 @dataclass(frozen=True)
@@ -94,6 +66,8 @@ class Stored:
 class Remembered:
     memories: list[Stored]
     warning: str | None = None
+    written: Written | None = None
+    """What the writer stored: publish ``written.events()`` after the commit."""
 
     @property
     def pending(self) -> list[uuid.UUID]:
@@ -116,8 +90,8 @@ def check_fact(fact: Fact, chat: Chat | None) -> None:
         raise InvalidRequest(f"expires_in_days must be between 1 and {MAX_DAYS}")
     if fact.shared and chat is None:
         raise InvalidRequest("a shared fact needs the chat it is shared in ('chat')")
-    if fact.type not in TYPES:
-        raise InvalidRequest(f"type must be one of {', '.join(TYPES)}")
+    if fact.type not in MEMORY_TYPES:
+        raise InvalidRequest(f"type must be one of {', '.join(MEMORY_TYPES)}")
 
 
 async def embed_or_none(
@@ -160,55 +134,50 @@ async def remember(
     vectors, warning = await embed_or_none(embedder, [f.content for f in facts], dim=embedding_dim)
     stored: list[Stored] = []
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(ENSURE_USER, user_id)
+        rows: list[NewItem] = []
+        resolved: list[list[Resolution]] = []
         for i, fact in enumerate(facts):
             people = await resolve_people(
                 conn, user_id, fact.subjects, content_hint=fact.content, actor=actor
             )
+            resolved.append(people)
             vec = vectors[i] if vectors is not None else None
-            row = await conn.fetchrow(
-                INSERT,
-                user_id,
-                "chat" if fact.shared else "personal",
-                chat.provider if fact.shared and chat else None,
-                chat.chat_id if fact.shared and chat else None,
-                fact.theme,
-                fact.type,
-                fact.content.strip(),
-                [p.person.id for p in people],
-                source,
-                fact.source_context,
-                fact.confidence,
-                fact.expires_in_days,
-                vec,
-                embedder.provider if vec is not None and embedder else None,
-                embedder.model if vec is not None and embedder else None,
-                len(vec) if vec is not None else None,
+            shared = fact.shared and chat is not None
+            rows.append(
+                NewItem(
+                    type=check_type(fact.type),
+                    content=fact.content.strip(),
+                    theme=fact.theme,
+                    scope="chat" if shared else "personal",
+                    provider=chat.provider if shared and chat else None,
+                    chat_id=chat.chat_id if shared and chat else None,
+                    subjects=[p.person.id for p in people],
+                    source=source,
+                    source_context=fact.source_context,
+                    confidence=fact.confidence,
+                    expires_in_days=fact.expires_in_days,
+                    vector=vec,
+                    embedded_by=(embedder.provider, embedder.model)
+                    if vec is not None and embedder
+                    else None,
+                    audit={
+                        "scope": "chat" if shared else "personal",
+                        "subjects": [str(p.person.id) for p in people],
+                    },
+                )
             )
-            assert row is not None
-            memory = Stored(
-                id=row["id"],
-                content=fact.content.strip(),
-                scope="chat" if fact.shared else "personal",
+        written = await insert_items(conn, user_id, rows, actor=actor)
+    for row, people, w in zip(rows, resolved, written.items, strict=True):
+        stored.append(
+            Stored(
+                id=w.id,
+                content=row.content,
+                scope=row.scope,
                 subjects=people,
-                created_at=row["created_at"],
-                expires_at=row["expires_at"],
-                embedding_state=row["embedding_state"],
+                created_at=w.created_at,
+                expires_at=w.expires_at,
+                embedding_state=w.embedding_state,
+                superseded=list(w.superseded),
             )
-            await audit(
-                conn,
-                user_id=user_id,
-                actor=actor,
-                action="create",
-                entity="memory",
-                entity_id=str(memory.id),
-                details={
-                    "scope": memory.scope,
-                    "source": source,
-                    "subjects": [str(p.person.id) for p in people],
-                },
-            )
-            if vec is not None:
-                memory.superseded = await check_supersession(conn, memory.id, actor=actor)
-            stored.append(memory)
-    return Remembered(memories=stored, warning=warning)
+        )
+    return Remembered(memories=stored, warning=warning, written=written)

@@ -1,4 +1,8 @@
-"""Clean decision descriptions (Nous F010.3) and the record-decision use case.
+"""The decision guard: censor decision descriptions (Nous F010.3), then record them.
+
+This module is the censor of Nous's decision log: it refuses, rewrites or warns
+about a description before :func:`record_decision` stores it through the one
+writer (``shared.memory.writer``).
 
 A description must be one factual, present-tense statement of what was decided:
 
@@ -24,10 +28,9 @@ from typing import Any
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter
 
-from shared.db import audit
 from shared.errors import InvalidModelOutput, InvalidRequest
-from shared.events import EmbedRequested, EmbedTarget, MemoryChanged
 from shared.memory.secrets import find_secret, redact
+from shared.memory.writer import NewItem, insert_items, publish_written
 from shared.streams import Publisher
 
 MAX_CHARS = 200
@@ -118,14 +121,6 @@ def validate_decision(text: str) -> tuple[str, list[str]]:
     return text, blob_findings(text)
 
 
-INSERT_DECISION = """
-INSERT INTO memory_items (user_id, type, content, data, tags, source, source_context,
-                          episode_id, confidence, provider, chat_id, scope)
-VALUES ($1, 'decision', $2, $3, $4, 'decision', $5, $6, 1.0, $7, $8, $9)
-RETURNING id
-"""
-
-
 async def record_decision(
     pool: asyncpg.Pool,
     *,
@@ -139,6 +134,7 @@ async def record_decision(
     rewrite: Rewrite | None = None,
     metrics: DecisionMetrics | None = None,
     publisher: Publisher | None = None,
+    actor: str = "api",
 ) -> RecordedDecision:
     """Validate, rewrite if needed, store as a ``decision`` memory (embedding pending).
 
@@ -188,39 +184,24 @@ async def record_decision(
         data["rationale"] = redact(rationale.strip())
     if original is not None:
         data["original"] = redact(original)
-    scope = "chat" if provider and chat_id else "personal"
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
-        memory_id = await conn.fetchval(
-            INSERT_DECISION,
-            user_id,
-            text,
-            data,
-            list(tags),
-            redact(original) if original else None,
-            episode_id,
-            provider if scope == "chat" else None,
-            chat_id if scope == "chat" else None,
-            scope,
-        )
-        await audit(
-            conn,
-            user_id=user_id,
-            action="create",
-            entity="memory_item",
-            entity_id=str(memory_id),
-            details={"type": "decision", "rewritten": original is not None},
-        )
+    chat = bool(provider and chat_id)
+    item = NewItem(
+        type="decision",
+        content=text,
+        data=data,
+        tags=tags,
+        source="decision",
+        source_context=redact(original) if original else None,
+        episode_id=episode_id,
+        confidence=1.0,
+        scope="chat" if chat else "personal",
+        provider=provider if chat else None,
+        chat_id=chat_id if chat else None,
+        audit={"rewritten": original is not None},
+    )
+    async with pool.acquire() as conn:
+        written = await insert_items(conn, user_id, [item], actor=actor)
     if publisher is not None:
-        await publisher.publish(
-            "embed",
-            [
-                EmbedRequested(
-                    user_id=user_id, targets=[EmbedTarget(kind="memory", id=str(memory_id))]
-                )
-            ],
-        )
-        await publisher.publish(
-            "memories", [MemoryChanged(memory_id=memory_id, user_id=user_id, change="added")]
-        )
+        await publish_written(publisher, written)
+    memory_id = written.items[0].id
     return RecordedDecision(memory_id, text, original is not None, original, warnings)

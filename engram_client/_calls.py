@@ -1,0 +1,215 @@
+"""Every endpoint once: its method, path, body and answer model.
+
+The sync and async clients turn these builders into methods
+(:mod:`engram_client._client`), so an endpoint is described in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from engram_client import models as m
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    method: str
+    path: str
+    model: type[T]
+    json: Any = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def _body(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def me() -> Call[m.Me]:
+    return Call("GET", "/v1/me", m.Me)
+
+
+# memory (Nova)
+def memory_search(
+    query: str = "*",
+    *,
+    limit: int | None = None,
+    theme: str | None = None,
+    types: list[str] | None = None,
+    recency_days: int | None = None,
+    status: Literal["active", "archived", "any"] | None = None,
+) -> Call[m.MemorySearch]:
+    body = _body(
+        query=query,
+        limit=limit,
+        theme=theme,
+        types=types,
+        recency_days=recency_days,
+        status=status,
+    )
+    return Call("POST", "/v1/memory/search", m.MemorySearch, body)
+
+
+def memory_add(
+    content: str,
+    *,
+    type: str = "fact",
+    theme: str | None = None,
+    tags: list[str] | None = None,
+) -> Call[m.MemoryAdded]:
+    body = _body(content=content, type=type, theme=theme, tags=tags)
+    return Call("POST", "/v1/memory/add", m.MemoryAdded, body)
+
+
+def memory_get(item_id: str) -> Call[m.MemoryItem]:
+    return Call("GET", f"/v1/memory/items/{item_id}", m.MemoryItem)
+
+
+def memory_archive(item_id: str) -> Call[m.Model]:
+    return Call("POST", f"/v1/memory/items/{item_id}/archive", m.Model)
+
+
+def memory_delete(item_id: str) -> Call[m.Model]:
+    return Call("DELETE", f"/v1/memory/items/{item_id}", m.Model)
+
+
+def memory_themes() -> Call[m.Themes]:
+    return Call("GET", "/v1/memory/themes", m.Themes)
+
+
+# remember / recall (Ash)
+def remember(
+    content: str | None = None,
+    *,
+    facts: list[dict[str, Any]] | None = None,
+    subjects: list[str] | None = None,
+    expires_in_days: int | None = None,
+    shared: bool | None = None,
+) -> Call[m.Remembered]:
+    body = _body(
+        content=content,
+        facts=facts,
+        subjects=subjects,
+        expires_in_days=expires_in_days,
+        shared=shared,
+    )
+    return Call("POST", "/v1/remember", m.Remembered, body)
+
+
+def recall(query: str, *, about: str | None = None) -> Call[m.Recalled]:
+    return Call("POST", "/v1/recall", m.Recalled, _body(query=query, about=about))
+
+
+# facts (Navi)
+def facts_save(
+    category: str,
+    key: str,
+    value: str,
+    *,
+    source: str | None = None,
+    confidence: float | None = None,
+    expires_days: int | None = None,
+    source_context: str | None = None,
+) -> Call[m.FactSaved]:
+    body = _body(
+        category=category,
+        key=key,
+        value=value,
+        source=source,
+        confidence=confidence,
+        expires_days=expires_days,
+        source_context=source_context,
+    )
+    return Call("POST", "/v1/facts", m.FactSaved, body)
+
+
+def facts_search(query: str, *, limit: int | None = None) -> Call[m.FactList]:
+    return Call("POST", "/v1/facts/search", m.FactList, _body(query=query, limit=limit))
+
+
+def facts_forget(key: str, *, category: str | None = None) -> Call[m.Forgotten]:
+    return Call("POST", "/v1/facts/forget", m.Forgotten, _body(key=key, category=category))
+
+
+def facts_list(**query: Any) -> Call[m.FactList]:
+    return Call("GET", "/v1/facts", m.FactList, params=_body(**query))
+
+
+# context
+def context(
+    message: str = "",
+    *,
+    policy: Literal["auto", "tools", "summary", "sections"] = "auto",
+    token_budget: int | None = None,
+    chat: dict[str, str] | None = None,
+    agent_run_id: str | None = None,
+) -> Call[m.Context]:
+    body = _body(
+        message=message,
+        policy=policy,
+        token_budget=token_budget,
+        chat=chat,
+        agent_run_id=agent_run_id,
+    )
+    return Call("POST", "/v1/context", m.Context, body)
+
+
+# episodes (Nous)
+def episodes_recall(query: str, *, limit: int | None = None) -> Call[m.EpisodeRecall]:
+    return Call("POST", "/v1/episodes/search", m.EpisodeRecall, _body(query=query, limit=limit))
+
+
+def episodes_list(
+    *, status: Literal["open", "closed"] | None = None, limit: int = 50, offset: int = 0
+) -> Call[m.EpisodeList]:
+    params = _body(status=status, limit=limit, offset=offset)
+    return Call("GET", "/v1/episodes", m.EpisodeList, params=params)
+
+
+def episodes_get(episode_id: str, *, turns: int | None = None) -> Call[m.Episode]:
+    return Call("GET", f"/v1/episodes/{episode_id}", m.Episode, params=_body(turns=turns))
+
+
+# messages
+def messages_search(
+    query: str,
+    *,
+    limit: int | None = None,
+    mode: str | None = None,
+    chat_id: str | None = None,
+    episode_id: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+) -> Call[m.MessageSearch]:
+    body = _body(
+        query=query,
+        limit=limit,
+        mode=mode,
+        chat_id=chat_id,
+        episode_id=episode_id,
+        since=since,
+        until=until,
+    )
+    return Call("POST", "/v1/messages/search", m.MessageSearch, body)
+
+
+# people
+def people_list() -> Call[m.People]:
+    return Call("GET", "/v1/people", m.People)
+
+
+def people_resolve(reference: str, *, content_hint: str | None = None) -> Call[m.PersonResolved]:
+    body = _body(reference=reference, content_hint=content_hint)
+    return Call("POST", "/v1/people", m.PersonResolved, body)
+
+
+# tools
+def tools_list(format: Literal["all", "openai", "anthropic"] = "all") -> Call[m.Tools]:
+    return Call("GET", "/v1/tools", m.Tools, params={"format": format})
+
+
+def tools_call(name: str, arguments: Any = None, *, id: str | None = None) -> Call[m.ToolResult]:
+    body = _body(name=name, arguments=arguments, id=id)
+    return Call("POST", "/v1/tools/call", m.ToolResult, body)

@@ -1,0 +1,43 @@
+"""Episode recall (Nous): one user's episodes by summary, key points and topics.
+
+``POST /v1/episodes/search`` and the ``episode_recall`` tool both call :func:`recall`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.query.state import QueryState
+from shared.memory.episodes import recall_episodes
+
+
+class RecallIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(max_length=2000, description="words to find in summaries; '*' = newest")
+    limit: int = Field(default=10, ge=1, le=50, description="results, 1-50")
+
+
+async def recall(
+    state: QueryState, pool: asyncpg.Pool, *, user_id: str, body: RecallIn
+) -> dict[str, Any]:
+    """The user's episodes, best first, each with its user tag line
+    (``[Tim] Checked weather for Silver Spring, MD``)."""
+    vector = None
+    if body.query.strip() not in ("", "*"):
+        vector = await state.query_vector(pool, user_id=user_id, text=body.query)
+    hits = await recall_episodes(
+        pool,
+        query=body.query,
+        current_user_id=user_id,
+        visible_users=[user_id],
+        query_vector=vector,
+        limit=body.limit,
+    )
+    return {
+        "episodes": [h.as_dict() for h in hits],
+        "mode": "hybrid" if vector is not None else "full_text",
+    }

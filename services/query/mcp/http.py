@@ -1,0 +1,124 @@
+"""MCP over streamable HTTP at ``/mcp`` on the query service.
+
+Every request is authenticated like the API's (:mod:`services.query.auth`): a
+Bearer user key acts for its user; an admin key must name the user with
+``X-Engram-User``. The tools run in process through the toolbox, the dispatch
+``POST /v1/tools/call`` uses. The server is stateless (no MCP session to hijack:
+each POST carries its own key) and answers with JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from mcp.server.context import ServerRequestContext
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from services.query import toolbox
+from services.query.auth import acting_user, principal
+from services.query.mcp.server import ToolFailed, build_server
+from services.query.routes.tools import tool_context
+from shared.runtime import Runtime
+
+PATH = "/mcp"
+_USER = "engram_user"
+
+
+class ToolboxBackend:
+    """The toolbox, for the user the request's key acts for."""
+
+    async def tools(self, ctx: ServerRequestContext[Any]) -> list[dict[str, Any]]:
+        return list(toolbox.TOOLS)
+
+    async def call(
+        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any]
+    ) -> Any:
+        request = ctx.request
+        if not isinstance(request, Request) or not request.scope.get("state", {}).get(_USER):
+            raise RuntimeError("MCP call without an authenticated HTTP request")
+        tctx = await tool_context(request, request.scope["state"][_USER])
+        try:
+            return await toolbox.call_tool(tctx, name, arguments)
+        except toolbox.ToolError as exc:
+            raise ToolFailed(str(exc)) from exc
+
+
+class _KeyScoped:
+    """ASGI: authenticate the API key, record the acting user, then serve MCP."""
+
+    def __init__(self, manager: StreamableHTTPSessionManager) -> None:
+        self.manager = manager
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        try:
+            user_id = await acting_user(request, await principal(request))
+        except HTTPException as exc:
+            code = {401: "unauthorized", 403: "forbidden"}.get(exc.status_code, "invalid_request")
+            response = JSONResponse(
+                {"error": code, "detail": exc.detail},
+                status_code=exc.status_code,
+                headers=exc.headers,
+            )
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})[_USER] = user_id
+        await self.manager.handle_request(scope, receive, send)
+
+
+class _ManagerTask:
+    """Runs the session manager (an anyio task group) in a task of its own, so the
+    service's start and stop may run in different tasks."""
+
+    def __init__(self, manager: StreamableHTTPSessionManager) -> None:
+        self.manager = manager
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _serve(self, started: asyncio.Event) -> None:
+        async with self.manager.run():
+            started.set()
+            await self._stopping.wait()
+
+    async def start(self, _rt: Runtime) -> None:
+        started = asyncio.Event()
+        self._task = asyncio.create_task(self._serve(started), name="mcp-session-manager")
+        waiter = asyncio.create_task(started.wait())
+        await asyncio.wait({self._task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if self._task.done():
+            self._task.result()  # raise why it could not start
+
+    async def stop(self, _rt: Runtime) -> None:
+        self._stopping.set()
+        if self._task is not None:
+            await self._task
+
+
+def mount(app: FastAPI, rt: Runtime, *, max_body_bytes: int) -> None:
+    """Serve MCP at ``/mcp``; the session manager runs while the service runs."""
+    manager = StreamableHTTPSessionManager(
+        app=build_server(ToolboxBackend(), version=app.version),
+        json_response=True,
+        stateless=True,
+        # the API key, not the Host header, is what admits a caller; the service may
+        # sit behind any host name
+        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_request_body_size=max_body_bytes,
+    )
+    runner = _ManagerTask(manager)
+    rt.on_start.append(runner.start)
+    rt.on_stop.insert(0, runner.stop)
+    # a Route whose endpoint is not a function serves it as an ASGI app
+    app.add_route(
+        PATH,
+        _KeyScoped(manager),  # type: ignore[arg-type]
+        methods=["GET", "POST", "DELETE"],
+        include_in_schema=False,
+    )

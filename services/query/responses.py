@@ -1,0 +1,385 @@
+"""Response bodies of the agent API: every route declares one, so /openapi.json
+describes every answer (and the tool schemas are built from the same models).
+
+The fields listed are the contract; a model marked :class:`Open` may carry
+more keys (a use case's extra detail is passed through, never dropped).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Out(BaseModel):
+    """A closed response: exactly these fields."""
+
+
+class Open(BaseModel):
+    """A response whose listed fields are guaranteed; further keys may follow."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# --- account, users ---------------------------------------------------------------
+
+
+class MeOut(Out):
+    user_id: str | None = Field(description="the key's user; null for an admin key")
+    admin: bool
+    key_prefix: str
+
+
+class ErasedOut(Out):
+    erased: bool
+    rows: dict[str, int] = Field(description="rows deleted per table (cascaded ones too)")
+    stream_entries: dict[str, int] = Field(
+        default_factory=dict, description="the user's stream entries deleted per stream"
+    )
+
+
+class ReenabledOut(Out):
+    reenabled: bool
+
+
+# --- Nova memory ------------------------------------------------------------------
+
+
+class Signals(Open):
+    fts: bool | None = None
+    semantic: bool | None = None
+
+
+class SearchHit(Open):
+    id: str
+    theme: str | None = None
+    type: str
+    content_snippet: str
+    created_at: str
+    score: float
+    signals: Signals
+
+
+class SearchOut(Open):
+    mode: str = Field(description="hybrid, fts_only, semantic_only or match_all")
+    results: list[SearchHit]
+
+
+class AdminSearchHit(SearchHit):
+    user_id: str = Field(description="the memory's owner")
+
+
+class AdminSearchOut(SearchOut):
+    results: list[AdminSearchHit]  # type: ignore[assignment]
+
+
+class AddedOut(Out):
+    id: str
+    status: str
+    theme: str
+    embedding: str = Field(description="embedding state: pending until the embedder runs")
+    created_at: str
+
+
+class MemoryItemOut(Open):
+    """Every column of one memory item (Nova 3.2.3)."""
+
+    id: str
+    user_id: str
+    type: str
+    theme: str
+    content: str
+    status: str
+    embedding_state: str
+    created_at: str
+    updated_at: str
+
+
+class ArchivedOut(Out):
+    id: str
+    status: str
+
+
+class DeletedOut(Out):
+    id: str
+    deleted: bool
+
+
+class ThemeOut(Out):
+    slug: str
+    display_name: str | None
+    description: str | None
+    active_items: int
+
+
+class ThemesOut(Out):
+    themes: list[ThemeOut]
+
+
+# --- messages ---------------------------------------------------------------------
+
+
+class MessageHitOut(Open):
+    id: int
+    episode_id: str | None = None
+    chat_id: str | None = None
+    role: str
+    display_name: str | None = None
+    occurred_at: str
+    content_snippet: str
+    score: float
+    signals: dict[str, Any]
+
+
+class MessageSearchOut(Open):
+    mode: str
+    results: list[MessageHitOut]
+
+
+# --- Navi facts -------------------------------------------------------------------
+
+
+class SavedFactOut(Out):
+    id: str
+    category: str
+    key: str
+    created: bool = Field(description="false when an existing key got a new value")
+    confidence: float
+    expires_at: str | None
+    embedding: str
+
+
+class FactOut(Open):
+    id: str
+    user_id: str
+    category: str
+    key: str
+    value: str
+    source: str | None
+    confidence: float | None
+    source_context: str | None
+    expires_at: str | None
+    created_at: str
+    updated_at: str
+    match: str | None = Field(default=None, description="search only: semantic, trigram...")
+
+
+class FactsOut(Out):
+    facts: list[FactOut]
+
+
+class FactPageOut(Out):
+    facts: list[FactOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class ForgottenOut(Out):
+    deleted: int
+    key: str
+    categories: list[str]
+
+
+class SummaryOut(Out):
+    summary: str | None
+    fact_count: int
+    updated_at: str | None
+
+
+# --- Jarvus -----------------------------------------------------------------------
+
+
+class StoredOut(Open):
+    memory_id: str
+    procedure_id: str | None = None
+    updated: bool | None = None
+
+
+class JarvusItemOut(Open):
+    memory_id: str
+    namespace: str
+    type: str
+    text: str
+    data: dict[str, Any]
+    importance: float
+    score: float
+    created_at: str
+    last_accessed: str | None
+
+
+class JarvusEpisodesOut(Out):
+    episodes: list[JarvusItemOut]
+
+
+class JarvusFactsOut(Out):
+    facts: list[JarvusItemOut]
+
+
+class JarvusProceduresOut(Out):
+    procedures: list[JarvusItemOut]
+
+
+class NamespaceOut(Out):
+    namespace: str
+    items: int
+    latest: str
+
+
+class NamespacesOut(Out):
+    namespaces: list[NamespaceOut]
+
+
+# --- checkpoints ------------------------------------------------------------------
+
+
+class CheckpointOut(Open):
+    thread_id: str
+    checkpoint_id: str
+    parent_id: str | None
+    agent_id: str | None
+    step: int | None
+    state: Any
+    created_at: str
+
+
+class LineageOut(Out):
+    lineage: list[CheckpointOut]
+
+
+class CheckpointsOut(Out):
+    checkpoints: list[CheckpointOut]
+
+
+class ThreadDeletedOut(Out):
+    thread_id: str
+    deleted: int
+
+
+# --- episodes (Nous) --------------------------------------------------------------
+
+
+class EpisodeHitOut(Open):
+    episode_id: str
+    user_id: str
+    display_name: str | None
+    line: str
+    title: str | None
+    score: float
+
+
+class EpisodeRecallOut(Out):
+    episodes: list[EpisodeHitOut]
+    mode: str = Field(description="hybrid, or full_text without a query vector")
+
+
+class EpisodeRowOut(Open):
+    id: uuid.UUID
+    provider: str
+    chat_id: str
+    status: str
+    started_at: datetime
+    last_active_at: datetime
+    turn_count: int
+    title: str | None = None
+
+
+class EpisodeListOut(Out):
+    episodes: list[EpisodeRowOut]
+    limit: int
+    offset: int
+
+
+class TurnOut(Open):
+    id: int
+    role: str
+    speaker: str
+    content: str
+    occurred_at: datetime
+
+
+class EpisodeOut(EpisodeRowOut):
+    user_id: str
+    display_name: str
+    summary: Any = None
+    turns: list[TurnOut]
+
+
+# --- Ash: remember, recall, people ------------------------------------------------
+
+
+class PersonOut(Open):
+    id: str
+    name: str | None
+    relation: str | None
+    aliases: list[str] = []
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class SubjectOut(Open):
+    id: str
+    name: str | None
+    relation: str | None
+
+
+class RememberedItemOut(Open):
+    id: str
+    content: str
+    scope: str
+    subjects: list[SubjectOut]
+    expires_at: str | None
+    embedding_state: str
+    superseded: list[str]
+
+
+class RememberedOut(Out):
+    memories: list[RememberedItemOut]
+    warning: str | None
+
+
+class RecalledOut(Open):
+    id: str
+    content: str
+    scope: str
+    type: str
+    subjects: list[SubjectOut]
+    created_at: str
+    score: float
+
+
+class RecallOut(Open):
+    results: list[RecalledOut]
+    about: dict[str, Any] | None
+    retrieval: str | None = None
+    warning: str | None = None
+
+
+class PeopleOut(Out):
+    people: list[PersonOut]
+
+
+class ResolvedPersonOut(Out):
+    person: PersonOut
+    created: bool
+    changed: list[str]
+
+
+# --- tools ------------------------------------------------------------------------
+
+
+class ToolSchemasOut(Out):
+    openai: list[dict[str, Any]] | None = None
+    anthropic: list[dict[str, Any]] | None = None
+
+
+class ToolCallOut(Out):
+    id: str | None
+    name: str
+    is_error: bool
+    result: Any = None
+    error: str | None = None
+    content: str = Field(description="the result (or error) as text, for the model")

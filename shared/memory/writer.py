@@ -1,0 +1,305 @@
+"""The one writer of ``memory_items``: every surface that stores a memory calls it.
+
+:func:`insert_items` stores new memories (or, for an item with a ``category``
+and ``key``, upserts Navi's one value per key) inside the caller's connection.
+For each item it ensures the user and the theme, sets the embedding state
+(``ready`` with the vector when one is given, else ``pending``), writes one
+audit line under the entity :data:`AUDIT_ENTITY`, and, when the item was stored
+with its vector, runs Ash's supersession check. It returns what was written and
+the events to publish *after the commit* (:meth:`Written.events`):
+``EmbedRequested`` for rows left pending and ``MemoryChanged`` for every
+addition, inline embedding and supersession.
+
+:data:`MemoryType` is the one list of memory types; a test checks it against
+the migration's CHECK constraint.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, get_args
+
+from shared.db import Conn
+from shared.errors import InvalidRequest
+from shared.events import EmbedRequested, EmbedTarget, Event, MemoryChanged
+from shared.memory.supersession import AUDIT_ENTITY, check_supersession
+from shared.streams import Publisher
+
+__all__ = [
+    "AUDIT_ENTITY",
+    "MEMORY_TYPES",
+    "Chat",
+    "MemoryType",
+    "NewItem",
+    "Written",
+    "insert_items",
+]
+
+MemoryType = Literal[
+    "preference",
+    "fact",
+    "instruction",
+    "summary",
+    "procedure",
+    "episode",
+    "decision",
+    "workflow",
+    "other",
+]
+MEMORY_TYPES: tuple[str, ...] = get_args(MemoryType)
+
+DEFAULT_THEME = "general"
+
+# One statement per item: user and theme ensured, the item inserted (or, with a
+# category and key, upserted), the audit line written. The foreign key to users
+# is checked at the end of the statement, after the user's insert.
+_WRITE = """
+WITH u AS (
+    INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING
+),
+t AS (
+    INSERT INTO themes (user_id, slug, display_name) VALUES ($1, $2, $3)
+    ON CONFLICT (user_id, slug) DO NOTHING
+),
+i AS (
+    INSERT INTO memory_items AS m (
+        user_id, theme, scope, provider, chat_id, namespace, type, category, key, content,
+        data, tags, subjects, source, source_context, episode_id, confidence, importance,
+        expires_at, last_verified_at, created_at, updated_at,
+        embedding, embedding_state, embedding_provider, embedding_model, embedding_dims,
+        embedded_at)
+    VALUES ($1, $2, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+            coalesce($21::timestamptz, CASE WHEN $22::int IS NULL THEN NULL
+                                            ELSE now() + make_interval(days => $22::int) END),
+            CASE WHEN $23::bool THEN now() END,
+            clock_timestamp(), clock_timestamp(),
+            $24, CASE WHEN $24::vector IS NULL THEN 'pending' ELSE 'ready' END,
+            $25, $26, $27, CASE WHEN $24::vector IS NULL THEN NULL ELSE clock_timestamp() END)
+    {conflict}
+    RETURNING m.id, m.created_at, m.expires_at, m.embedding_state, (m.xmax = 0) AS inserted
+),
+a AS (
+    INSERT INTO audit_log (user_id, actor, action, entity, entity_id, details)
+    SELECT $1, $4, CASE WHEN i.inserted THEN 'create' ELSE 'update' END, '{entity}',
+           i.id::text, $28::jsonb
+    FROM i
+)
+SELECT id, created_at, expires_at, embedding_state, inserted FROM i
+"""
+
+_UPSERT = """
+    ON CONFLICT (user_id, namespace, category, key) WHERE category IS NOT NULL AND key IS NOT NULL
+    DO UPDATE SET
+        content = EXCLUDED.content, source = EXCLUDED.source, confidence = EXCLUDED.confidence,
+        expires_at = EXCLUDED.expires_at, source_context = EXCLUDED.source_context,
+        theme = EXCLUDED.theme, status = 'active', superseded_at = NULL, superseded_by = NULL,
+        last_verified_at = now(), updated_at = now(),
+        embedding_state = CASE WHEN m.content = EXCLUDED.content
+                               THEN m.embedding_state ELSE EXCLUDED.embedding_state END,
+        embedding = CASE WHEN m.content = EXCLUDED.content
+                         THEN m.embedding ELSE EXCLUDED.embedding END,
+        embedding_provider = CASE WHEN m.content = EXCLUDED.content
+                                  THEN m.embedding_provider ELSE EXCLUDED.embedding_provider END,
+        embedding_model = CASE WHEN m.content = EXCLUDED.content
+                               THEN m.embedding_model ELSE EXCLUDED.embedding_model END,
+        embedding_dims = CASE WHEN m.content = EXCLUDED.content
+                              THEN m.embedding_dims ELSE EXCLUDED.embedding_dims END,
+        embedded_at = CASE WHEN m.content = EXCLUDED.content
+                           THEN m.embedded_at ELSE EXCLUDED.embedded_at END
+"""
+
+INSERT_ITEM = _WRITE.format(conflict="", entity=AUDIT_ENTITY)
+UPSERT_ITEM = _WRITE.format(conflict=_UPSERT, entity=AUDIT_ENTITY)
+
+
+@dataclass(frozen=True)
+class Chat:
+    """The chat a call happens in (``provider`` + ``chat_id``): a chat-scoped memory's scope."""
+
+    provider: str
+    chat_id: str
+
+
+@dataclass(frozen=True)
+class NewItem:
+    """One memory to store. ``theme`` is a slug (see :func:`theme_slug`).
+
+    ``category`` with ``key`` makes the write an upsert on (user, namespace,
+    category, key). ``vector`` with ``embedded_by`` (provider, model) stores the
+    embedding inline; otherwise the row is left ``pending`` for the embedder.
+    """
+
+    type: MemoryType
+    content: str
+    theme: str = DEFAULT_THEME
+    theme_name: str | None = None
+    scope: Literal["personal", "chat"] = "personal"
+    provider: str | None = None
+    chat_id: str | None = None
+    namespace: str = "default"
+    category: str | None = None
+    key: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    tags: Sequence[str] = ()
+    subjects: Sequence[uuid.UUID] = ()
+    source: str | None = None
+    source_context: str | None = None
+    episode_id: uuid.UUID | None = None
+    confidence: float | None = None
+    importance: float = 0.5
+    expires_at: datetime | None = None
+    expires_in_days: int | None = None
+    verified: bool = False
+    vector: Sequence[float] | None = None
+    embedded_by: tuple[str, str] | None = None
+    audit: dict[str, Any] = field(default_factory=dict)
+    """Extra details for the audit line (type, theme and source are always there)."""
+
+
+@dataclass(frozen=True)
+class WrittenItem:
+    id: uuid.UUID
+    created_at: datetime
+    expires_at: datetime | None
+    embedding_state: str
+    inserted: bool
+    """False when an upsert updated an existing row."""
+    superseded: tuple[uuid.UUID, ...] = ()
+
+
+@dataclass(frozen=True)
+class Written:
+    """What :func:`insert_items` wrote, in the order of the items given."""
+
+    user_id: str
+    items: list[WrittenItem]
+
+    @property
+    def pending(self) -> list[uuid.UUID]:
+        return [i.id for i in self.items if i.embedding_state == "pending"]
+
+    @property
+    def superseded(self) -> list[uuid.UUID]:
+        return [s for i in self.items for s in i.superseded]
+
+    def events(self) -> list[tuple[str, list[Event]]]:
+        """The batches to publish after the commit, as ``Publisher.publish_many`` takes."""
+        batches: list[tuple[str, list[Event]]] = []
+        pending = self.pending
+        if pending:
+            targets = [EmbedTarget(kind="memory", id=str(i)) for i in pending]
+            batches.append(("embed", [EmbedRequested(user_id=self.user_id, targets=targets)]))
+        changes: list[Event] = []
+        for item in self.items:
+            if item.inserted:
+                changes.append(self._changed(item.id, "added"))
+            elif item.embedding_state == "pending":
+                changes.append(self._changed(item.id, "superseded"))  # a new value for a key
+            if item.embedding_state == "ready" and item.inserted:
+                changes.append(self._changed(item.id, "embedded"))
+        changes += [self._changed(s, "superseded") for s in self.superseded]
+        if changes:
+            batches.append(("memories", changes))
+        return batches
+
+    def _changed(self, memory_id: uuid.UUID, change: str) -> MemoryChanged:
+        return MemoryChanged.model_validate(
+            {"memory_id": memory_id, "user_id": self.user_id, "change": change}
+        )
+
+
+def theme_slug(theme: str | None) -> str:
+    """``"  Work Projects "`` → ``work-projects``; blank → ``general``."""
+    if theme is None or not theme.strip():
+        return DEFAULT_THEME
+    slug = re.sub(r"[^a-z0-9]+", "-", theme.strip().lower()).strip("-")
+    if not slug:
+        raise InvalidRequest(f"theme {theme!r} has no letters or digits")
+    return slug[:100]
+
+
+def check_type(type_: str) -> MemoryType:
+    """``type_`` as a :data:`MemoryType`, or InvalidRequest naming the choices."""
+    if type_ not in MEMORY_TYPES:
+        raise InvalidRequest(f"unknown type {type_!r}; use one of {', '.join(MEMORY_TYPES)}")
+    return type_  # type: ignore[return-value]
+
+
+async def insert_items(
+    conn: Conn, user_id: str, items: Sequence[NewItem], *, actor: str
+) -> Written:
+    """Store ``items`` for ``user_id`` in order; publish :meth:`Written.events` after commit.
+
+    One item without a vector is one statement (atomic by itself); otherwise the
+    writes run in a transaction (a savepoint inside the caller's).
+    """
+    if len(items) == 1 and items[0].vector is None:
+        return Written(user_id, [await _write(conn, user_id, items[0], actor)])
+    written: list[WrittenItem] = []
+    async with conn.transaction():
+        for item in items:
+            written.append(await _write(conn, user_id, item, actor))
+    return Written(user_id, written)
+
+
+async def _write(conn: Conn, user_id: str, item: NewItem, actor: str) -> WrittenItem:
+    check_type(item.type)
+    inline = item.vector is not None and item.embedded_by is not None
+    vector = list(item.vector) if inline and item.vector is not None else None
+    by = item.embedded_by if inline else None
+    details = {"type": item.type, "theme": item.theme, "source": item.source, **item.audit}
+    row = await conn.fetchrow(
+        UPSERT_ITEM if item.category is not None and item.key is not None else INSERT_ITEM,
+        user_id,
+        item.theme,
+        item.theme_name or item.theme.replace("-", " ").title(),
+        actor,
+        item.scope,
+        item.provider,
+        item.chat_id,
+        item.namespace,
+        item.type,
+        item.category,
+        item.key,
+        item.content,
+        item.data,
+        list(item.tags),
+        list(item.subjects),
+        item.source,
+        item.source_context,
+        item.episode_id,
+        item.confidence,
+        item.importance,
+        item.expires_at,
+        item.expires_in_days,
+        item.verified,
+        vector,
+        by[0] if by else None,
+        by[1] if by else None,
+        len(vector) if vector is not None else None,
+        details,
+    )
+    assert row is not None
+    superseded: tuple[uuid.UUID, ...] = ()
+    if vector is not None:
+        # Ash's rule, the same check the query service runs when a vector arrives.
+        superseded = tuple(await check_supersession(conn, row["id"], actor=actor))
+    return WrittenItem(
+        id=row["id"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        embedding_state=row["embedding_state"],
+        inserted=row["inserted"],
+        superseded=superseded,
+    )
+
+
+async def publish_written(publisher: Publisher, written: Written) -> None:
+    """After the commit: publish what :func:`insert_items` wrote (both streams, one trip)."""
+    batches = written.events()
+    if batches:
+        await publisher.publish_many(batches)

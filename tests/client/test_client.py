@@ -1,0 +1,312 @@
+"""engram_client against a running query service: one test per endpoint group, sync and
+async, errors mapped to exceptions; retries against a scripted local HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import zipfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from engram_client import (
+    AsyncEngram,
+    AuthenticationError,
+    Engram,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    RetryPolicy,
+    Unavailable,
+    ValidationFailed,
+    models,
+)
+from shared.apikeys import create_key
+from tests.browser.seed import Seeded, seed_user
+from tests.live import LiveQuery
+from tests.support import ROOT
+
+
+async def seeded_client(live: LiveQuery, pool: asyncpg.Pool) -> tuple[AsyncEngram, Seeded]:
+    marker = f"Q{uuid.uuid4().hex[:6]}"
+    seeded = await seed_user(pool, f"client-{marker.lower()}", marker)
+    _, key = await create_key(pool, user_id=seeded.user_id)
+    return AsyncEngram(live.url, key), seeded
+
+
+async def test_memory(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
+    client, s = await seeded_client(live_query, pool)
+    async with client:
+        added = await client.memory.add(f"{s.marker} collects stamps", type="fact", theme="home")
+        assert isinstance(added, models.MemoryAdded) and added.theme == "home"
+        found = await client.memory.search("stamps")
+        assert [h.id for h in found.results] == [added.id]
+        assert found.results[0].content_snippet == f"{s.marker} collects stamps"
+        item = await client.memory.get(added.id)
+        assert item.status == "active" and item.type == "fact"
+        assert "home" in {t.slug for t in (await client.memory.themes()).themes}
+        await client.memory.archive(added.id)
+        assert (await client.memory.get(added.id)).status == "archived"
+        await client.memory.delete(added.id)
+        with pytest.raises(NotFound):
+            await client.memory.get(added.id)
+
+
+async def test_remember_and_recall(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
+    client, s = await seeded_client(live_query, pool)
+    async with client:
+        stored = await client.remember(f"Sarah{s.marker} loves hiking", subjects=["my wife"])
+        [memory] = stored.memories
+        assert memory.content == f"Sarah{s.marker} loves hiking"
+        assert [p["name"] for p in memory.subjects] == [f"Sarah{s.marker}"]
+        recalled = await client.recall("hiking", about="my wife")
+        assert recalled.results[0].content == f"Sarah{s.marker} loves hiking"
+        assert recalled.about and recalled.about["resolved"] is True
+
+
+async def test_facts(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
+    client, _ = await seeded_client(live_query, pool)
+    async with client:
+        await client.facts.save("work", "employer", "Acme Rockets", confidence=95)
+        listed = await client.facts.list()
+        assert [(f.category, f.key, f.value) for f in listed.facts] == [
+            ("work", "employer", "Acme Rockets")
+        ]
+        found = await client.facts.search("Acme")
+        assert [f.value for f in found.facts] == ["Acme Rockets"]
+        await client.facts.forget("employer", category="work")
+        assert (await client.facts.list()).facts == []
+
+
+async def test_context(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
+    client, s = await seeded_client(live_query, pool)
+    async with client:
+        summary = await client.context(policy="summary")
+        assert isinstance(summary, models.Context)
+        assert f"Project {s.marker} Atlas" in summary.text
+        auto = await client.context(f"when does {s.marker} Atlas ship?", token_budget=500)
+        assert auto.policy == "auto" and auto.tokens <= 500
+
+
+async def test_episodes(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
+    client, s = await seeded_client(live_query, pool)
+    async with client:
+        found = await client.episodes.recall("garden")
+        assert [e.episode_id for e in found.episodes] == [str(s.episode)]
+        listed = await client.episodes.list(status="closed")
+        assert [str(e["id"]) for e in listed.episodes] == [str(s.episode)]
+        one = await client.episodes.get(str(s.episode))
+        assert one.status == "closed"
+
+
+async def test_messages(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
+    client, s = await seeded_client(live_query, pool)
+    await pool.execute(
+        "INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, content, "
+        "occurred_at) VALUES ($1, $2, $3, 'telegram', 'chat-1', 'user', $4, now())",
+        uuid.uuid4(),
+        s.user_id,
+        s.episode,
+        f"the {s.marker} tomatoes need staking",
+    )
+    async with client:
+        found = await client.messages.search("tomatoes staking")
+        assert [m.content_snippet for m in found.results] == [
+            f"the {s.marker} tomatoes need staking"
+        ]
+
+
+async def test_people(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
+    client, s = await seeded_client(live_query, pool)
+    async with client:
+        people = await client.people.list()
+        assert [p.name for p in people.people] == [f"Sarah{s.marker}"]
+        made = await client.people.resolve("my brother Tom")
+        assert made.created and made.person.name == "Tom"
+
+
+async def test_tools(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
+    client, s = await seeded_client(live_query, pool)
+    async with client:
+        listed = await client.tools.list("openai")
+        names = [t["function"]["name"] for t in listed.openai]
+        assert names[:2] == ["memory", "memory_facts"] and "context" in names
+        out = await client.tools.call("memory", {"operation": "search", "query": "Bergen"})
+        assert not out.is_error
+        assert [r["content_snippet"] for r in out.result["results"]] == [
+            f"{s.marker} lives in Bergen"
+        ]
+        bad = await client.tools.call("memory", {"operation": "fly"})
+        assert bad.is_error and "unknown operation" in (bad.error or "")
+
+
+async def test_sync_client_and_errors(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
+    alice = f"client-sync-{uuid.uuid4().hex[:6]}"
+    _, alice_key = await create_key(pool, user_id=alice)
+    _, bob_key = await create_key(pool, user_id=f"{alice}-b")
+    await asyncio.to_thread(sync_calls, live_query.url, alice, alice_key, bob_key)
+
+
+def sync_calls(url: str, alice: str, alice_key: str, bob_key: str) -> None:
+    with Engram(url, alice_key) as alice_client:
+        assert alice_client.me().user_id == alice
+        added = alice_client.memory.add("Alice's PIN is 4455", type="fact")
+        with pytest.raises(ValidationFailed) as bad:
+            alice_client.memory.add("", type="fact")
+        assert "content" in bad.value.detail
+    with Engram(url, bob_key) as bob:
+        with pytest.raises(NotFound):
+            bob.memory.get(added.id)
+        assert bob.memory.search("PIN").results == []
+    with Engram(url, bob_key, user=alice) as bob_as_alice:
+        with pytest.raises(PermissionDenied):
+            bob_as_alice.memory.search("PIN")
+    with Engram(url, "eng_not_a_key") as nobody:
+        with pytest.raises(AuthenticationError) as denied:
+            nobody.me()
+        assert denied.value.status == 401
+
+
+class Scripted(BaseHTTPRequestHandler):
+    """Answers each request with the next (status, body) of ``script``."""
+
+    script: list[tuple[int, dict[str, object]]] = []
+    seen: list[float] = []
+
+    def do_GET(self) -> None:
+        Scripted.seen.append(time.monotonic())
+        status, body = Scripted.script.pop(0)
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if status == 429:
+            self.send_header("Retry-After", "0.2")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def scripted() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+ME = {"user_id": "u1", "admin": False, "key_prefix": "eng_abc"}
+BUSY = {"error": "unavailable", "detail": "database is restarting"}
+
+
+def test_retries_429_and_503_then_succeeds(scripted: str) -> None:
+    Scripted.script = [(503, BUSY), (429, {"detail": "slow down"}), (200, ME)]
+    Scripted.seen = []
+    with Engram(scripted, "k", retry=RetryPolicy(attempts=3, backoff_s=0.05)) as client:
+        assert client.me().user_id == "u1"
+    assert len(Scripted.seen) == 3
+    assert Scripted.seen[2] - Scripted.seen[1] >= 0.19  # Retry-After honoured
+
+
+async def test_gives_up_after_the_last_attempt(scripted: str) -> None:
+    Scripted.script = [(503, BUSY), (503, BUSY)]
+    Scripted.seen = []
+    async with AsyncEngram(scripted, "k", retry=RetryPolicy(attempts=2, backoff_s=0.01)) as c:
+        with pytest.raises(Unavailable) as exc:
+            await c.me()
+    assert exc.value.detail == "database is restarting" and len(Scripted.seen) == 2
+
+
+def test_installs_and_imports_on_its_own(tmp_path: Path) -> None:
+    """The package needs only httpx and pydantic: its wheel says so, and importing it
+    loads nothing of the service (no torch, no database driver)."""
+    src = shutil.copytree(ROOT / "engram_client", tmp_path / "src", ignore=_no_cache)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    [wheel] = (tmp_path / "dist").glob("engram_client-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(n for n in zf.namelist() if n.endswith("METADATA"))
+        requires = [
+            line.split(":", 1)[1].strip()
+            for line in zf.read(meta).decode().splitlines()
+            if line.startswith("Requires-Dist:")
+        ]
+        assert all(n.startswith("engram_client") for n in zf.namelist())
+        zf.extractall(tmp_path / "site")
+    assert sorted(r.split(">")[0] for r in requires) == ["httpx", "pydantic"]
+    probe = (
+        "import sys, engram_client; "
+        "heavy = {'torch', 'shared', 'services', 'numpy', 'asyncpg', 'mcp'}; "
+        "print(engram_client.__file__, sorted(heavy & {m.split('.')[0] for m in sys.modules}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path / "site")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == f"{tmp_path / 'site' / 'engram_client' / '__init__.py'} []"
+
+
+def _no_cache(folder: str, names: list[str]) -> set[str]:
+    return {n for n in names if n in {"__pycache__", "build"} or n.endswith(".egg-info")}
+
+
+async def test_a_body_over_the_services_limit_raises_payload_too_large(
+    live_query: LiveQuery, pool: asyncpg.Pool
+) -> None:
+    client, _ = await seeded_client(live_query, pool)
+    async with client:
+        with pytest.raises(PayloadTooLarge) as exc:
+            await client.memory.add("z" * 2_000_000, type="fact")
+        assert "1000000 bytes" in exc.value.detail
+        with pytest.raises(ValidationFailed) as bad:
+            await client.memory.add("z" * 30_000, type="fact")
+        assert bad.value.detail == "content: String should have at most 20000 characters"
+
+
+async def test_the_readme_example_runs(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
+    readme = (ROOT / "README.md").read_text()  # noqa: ASYNC240 - one small file
+    section = readme[readme.index("### From Python") :]
+    start = section.index("```python\n") + len("```python\n")
+    code = section[start : section.index("\n```", start)]
+    user = f"readme-{uuid.uuid4().hex[:6]}"
+    _, key = await create_key(pool, user_id=user)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        env={"PYTHONPATH": str(ROOT), "ENGRAM_URL": live_query.url, "ENGRAM_API_KEY": key},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert lines[0] == "['Likes window seats']"
+    assert lines[1] == "My favourite colour is blue"
+    assert lines[-1].startswith("no such memory:")
