@@ -153,7 +153,11 @@ class HostileInput:
                     break
         body: bytes | None = None
         if found is None and scope.get("method") in ("POST", "PUT", "PATCH", "DELETE"):
-            body, more = await _read_body(receive)
+            try:
+                body, more = await _read_body(receive)
+            except Exception:  # e.g. over the body limit: the outer middleware answers 413
+                await _error(400, "the request body could not be read")(scope, receive, send)
+                return
             if not more:
                 found = _body_problem(scope, body)
         if found is not None:
@@ -254,8 +258,16 @@ def install(app: FastAPI) -> None:
             if not path.startswith("/v1/"):
                 continue
             for op in operations.values():
+                wanted = {
+                    # edges documents 401/403/413/422; these are the ones added here
+                    "400": "requestBody" in op,
+                    "404": "{" in path,
+                    "503": bool(op.get("security")),  # the key is looked up in PostgreSQL
+                }
                 responses = op.setdefault("responses", {})
                 for code, description in DOCUMENTED.items():
+                    if not wanted.get(code):
+                        continue
                     responses[code] = {
                         "description": description,
                         "content": {"application/json": {"schema": ref}},
