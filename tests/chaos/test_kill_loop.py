@@ -124,14 +124,20 @@ async def test_no_turn_is_lost_or_duplicated_under_kills_and_restarts(stack: Any
         "SELECT count(*) FROM messages WHERE user_id = ANY($1) AND embedding_state <> 'ready'"
     )
     await wait_for(
-        lambda: _equals(url, unembedded, 0, users), timeout=180, interval=1, message="embedded"
+        lambda: _equals(url, unembedded, 0, users, stack),
+        timeout=180,
+        interval=1,
+        message="embedded",
     )
     unextracted = (
         "SELECT count(*) FROM episodes WHERE user_id = ANY($1) "
         "AND (status <> 'closed' OR extract_due OR extracted_at IS NULL)"
     )
     await wait_for(
-        lambda: _equals(url, unextracted, 0, users), timeout=180, interval=1, message="extracted"
+        lambda: _equals(url, unextracted, 0, users, stack),
+        timeout=180,
+        interval=1,
+        message="extracted",
     )
     ids = [e.event_id for e in published]
     lost = await _fetchval(
@@ -192,7 +198,10 @@ async def test_no_turn_is_lost_or_duplicated_under_kills_and_restarts(stack: Any
         pytest.xfail(f"{fact_dups} fact(s) learned twice by a re-extraction (issue 15)")
 
 
-async def _equals(url: str, sql: str, want: int, users: list[str]) -> bool:
+async def _equals(url: str, sql: str, want: int, users: list[str], stack: Any = None) -> bool:
+    for inst in stack.consumers() if stack is not None else []:
+        if inst.proc is not None and inst.proc.poll() is not None:
+            inst.start()  # as a supervisor (systemd) would: one that died at start-up
     try:
         return int(await _fetchval(url, sql, users) or 0) == want
     except (OSError, asyncpg.PostgresError):
