@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint typecheck migrate publish bench-ingest bench-embed bench-live bench-peers bench-search bench-context bench-context-quality bench-extract bench-locomo bench-browser clean
+.PHONY: install run test test-fast test-chaos lint typecheck migrate publish bench-ingest bench-embed bench-live bench-peers bench-search bench-context bench-context-quality bench-extract bench-locomo bench-browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,6 +24,10 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m "not slow"
+
+# The reliability suite alone (also part of `make test`); ENGRAM_CHAOS_SCALE=10 for a long run.
+test-chaos: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -m chaos tests/chaos
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared services engram_cli engram_client tests bench

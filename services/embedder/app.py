@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from services.embedder import service
 from services.embedder.metrics import EmbedderMetrics
 from services.embedder.settings import EmbedderSettings
+from shared.embeddings.guard import guards_from
 from shared.embeddings.providers import ProviderRegistry, preload
 from shared.embeddings.vector_index import Indexer
 from shared.events import EmbedRequested, embed_adapter
@@ -29,6 +30,7 @@ def create_app(
     metrics = EmbedderMetrics(rt.metrics.registry)
     providers = registry or ProviderRegistry.from_settings(settings)
     indexer = Indexer(min_rows=settings.vector_index_min_rows)
+    guards = guards_from(settings)
 
     async def on_embed(batch: Sequence[Delivery[EmbedRequested]]) -> Rejections:
         return await service.handle_requests(
@@ -39,6 +41,7 @@ def create_app(
             registry=providers,
             metrics=metrics,
             indexer=indexer,
+            guards=guards,
         )
 
     async def retry_due() -> None:
@@ -49,6 +52,7 @@ def create_app(
             registry=providers,
             metrics=metrics,
             indexer=indexer,
+            guards=guards,
         )
 
     async def index_users() -> None:
@@ -64,6 +68,7 @@ def create_app(
             log.exception("embedder: loading the local model failed")
 
     async def close_providers(_: Runtime) -> None:
+        await guards.aclose()
         await providers.aclose()
 
     rt.consume(

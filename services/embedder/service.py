@@ -18,6 +18,7 @@ import asyncpg
 from services.embedder.metrics import EmbedderMetrics
 from services.embedder.settings import EmbedderSettings
 from shared.embeddings import lifecycle, store
+from shared.embeddings.guard import Guards
 from shared.embeddings.pipeline import Item, Options, Outcome, embed_items
 from shared.embeddings.providers import ProviderConfig, ProviderRegistry
 from shared.embeddings.user_settings import resolve_configs
@@ -46,6 +47,8 @@ def options(settings: EmbedderSettings) -> Options:
         parallel=max(settings.embed_parallel, settings.embedding_local_workers),
         retry_backoff_s=settings.embed_retry_backoff_s,
         retry_max_s=settings.embed_retry_max_s,
+        deadline_s=settings.embedding_deadline_s,
+        inline_s=settings.embed_inline_s,
     )
 
 
@@ -58,6 +61,7 @@ async def handle_requests(
     registry: ProviderRegistry,
     metrics: EmbedderMetrics | None = None,
     indexer: Indexer | None = None,
+    guards: Guards | None = None,
 ) -> Rejections:
     """Embed every pending row the requests name, texts of all requests merged per provider."""
     rejected: Rejections = {}
@@ -90,6 +94,7 @@ async def handle_requests(
         registry=registry,
         metrics=metrics,
         indexer=indexer,
+        guards=guards,
     )
     return rejected
 
@@ -103,6 +108,7 @@ async def embed_wanted(
     registry: ProviderRegistry,
     metrics: EmbedderMetrics | None = None,
     indexer: Indexer | None = None,
+    guards: Guards | None = None,
 ) -> Outcome:
     items: list[Item] = []
     configs: dict[str, ProviderConfig] = {}
@@ -136,7 +142,7 @@ async def embed_wanted(
         rows = await store.fetch_pending_many(pool, kind, pairs, max_chars=settings.embed_max_chars)
         items.extend(Item(user_id, row) for user_id, row in rows)
     outcome = await embed_items(
-        pool, items, configs, registry=registry, options=opts, observer=metrics
+        pool, items, configs, registry=registry, options=opts, observer=metrics, guards=guards
     )
     if indexer is not None:
         for user_id, kind in {(it.user_id, it.row.kind) for it in items}:
@@ -160,6 +166,7 @@ async def retry_due(
     registry: ProviderRegistry,
     metrics: EmbedderMetrics | None = None,
     indexer: Indexer | None = None,
+    guards: Guards | None = None,
     limit: int = 500,
 ) -> Outcome:
     """Embed rows whose provider was down and whose retry time has come."""
@@ -177,6 +184,7 @@ async def retry_due(
         registry=registry,
         metrics=metrics,
         indexer=indexer,
+        guards=guards,
     )
 
 

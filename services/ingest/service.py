@@ -27,6 +27,7 @@ from zlib import crc32
 import asyncpg
 
 from shared.db import Conn
+from shared.erasure import forget_entries, hold_users
 from shared.events import (
     EmbedRequested,
     EmbedTarget,
@@ -230,6 +231,11 @@ async def store_turns(
     extract: list[ExtractRequested] = []
 
     async with pool.acquire() as conn, conn.transaction():
+        # Turns of an erased user are dropped (shared/erasure.py), checked under its lock.
+        erased = await hold_users(conn, [d.event.user_id for d in batch])
+        dropped = [d.entry_id for d in batch if d.event.user_id in erased]
+        if erased:
+            batch = [d for d in batch if d.event.user_id not in erased]
         users: dict[str, str | None] = {}
         for d in batch:
             name = d.event.display_name if d.event.role == "user" else None
@@ -312,6 +318,7 @@ async def store_turns(
                 if r["id"] not in seen:
                     to_embed.append((r["id"], r["user_id"]))
 
+    await forget_entries(publisher, "turns", dropped)
     await _request_embeddings(publisher, to_embed)
     if extract:
         await publisher.publish("extract", extract)
@@ -462,8 +469,11 @@ async def handle_episode_events(
     rejected: Rejections = {}
     extract: list[ExtractRequested] = []
     async with pool.acquire() as conn, conn.transaction():
+        erased = await hold_users(conn, [d.event.user_id for d in deliveries])
         for d in sorted(deliveries, key=lambda x: (x.event.occurred_at, x.entry_id)):
             ev = d.event
+            if ev.user_id in erased:
+                continue
             await conn.execute(LOCK_CHATS, [_chat_lock((ev.user_id, ev.provider, ev.chat_id))])
             first = await conn.fetchval(
                 """

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from prometheus_client import Histogram
 
-from services.query import edges, rpc
+from services.query import edges, faults, rpc
 from services.query.context.tools import HintCache
 from services.query.decision_guard import Rewrite
 from services.query.embedding import Resolver, default_resolver, embed_query
@@ -64,6 +64,7 @@ def create_app(
     for router in routers():
         app.include_router(router)
     _install_error_handlers(app)
+    faults.install(app)
     _install_metrics(app, rt)
     mount_mcp(app, rt, max_body_bytes=settings.max_request_bytes)
     edges.install(app, max_request_bytes=settings.max_request_bytes)

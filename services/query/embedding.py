@@ -8,6 +8,12 @@ A query embedding that fails is not an error for a read: Nova 3.2 says search
 then runs full-text-only, so :func:`embed_query` returns None and logs, and
 :func:`user_embedder` hands back an :class:`Unavailable` embedder whose calls
 raise ``ProviderUnavailable`` so callers can degrade with a warning.
+
+A user's HTTP endpoint that hangs must not hold a search or ``remember`` for the
+client's whole retry budget: every query-side embedder is guarded
+(``shared.embeddings.guard``) with ``ENGRAM_EMBEDDING_QUERY_DEADLINE_S`` and its
+endpoint's circuit, so the read goes on full-text-only within that deadline, and
+at once while the circuit is open.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from collections.abc import Awaitable, Callable, Sequence
 import asyncpg
 
 from shared.embeddings import DimensionTooLarge, Embedder, fit_to_column, resolve_embedder
+from shared.embeddings.guard import GuardedEmbedder, default_guards
+from shared.embeddings.user_settings import as_embedding_settings
 from shared.errors import EngramError, ProviderUnavailable
 from shared.settings import CommonSettings
 
@@ -42,12 +50,32 @@ class Unavailable:
         raise ProviderUnavailable(self.reason)
 
 
+def _endpoint_of(embedder: Embedder) -> str | None:
+    """The circuit an embedder's calls go through (None: the in-process local model)."""
+    provider = getattr(embedder, "provider", None)
+    if provider is None or provider == "local":
+        return None
+    base = getattr(getattr(embedder, "_endpoint", None), "base_url", None)
+    return str(base) if base else f"{provider}:{getattr(embedder, 'model', '')}"
+
+
+def guarded(embedder: Embedder | None, settings: CommonSettings) -> Embedder | None:
+    """``embedder`` with the query deadline and its endpoint's circuit."""
+    if embedder is None or isinstance(embedder, GuardedEmbedder):
+        return embedder
+    key = _endpoint_of(embedder)
+    if key is None:
+        return embedder
+    deadline = as_embedding_settings(settings).embedding_query_deadline_s
+    return GuardedEmbedder(embedder, key, default_guards(), deadline_s=deadline)
+
+
 async def user_embedder(
     resolver: Resolver, pool: asyncpg.Pool, *, user_id: str, settings: CommonSettings
 ) -> Embedder | Unavailable | None:
-    """The user's embedder; :class:`Unavailable` when resolving it failed."""
+    """The user's embedder (guarded); :class:`Unavailable` when resolving it failed."""
     try:
-        return await resolver(pool, user_id, settings)
+        return guarded(await resolver(pool, user_id, settings), settings)
     except EngramError as exc:
         log.warning("cannot resolve the embedder of a user: %s", exc)
         return Unavailable(f"{type(exc).__name__}: {exc}")
@@ -63,7 +91,7 @@ async def embed_query(
 ) -> list[float] | None:
     """The user's query vector, or None when they have no embedder or embedding failed."""
     try:
-        embedder = await resolver(pool, user_id, settings)
+        embedder = guarded(await resolver(pool, user_id, settings), settings)
         if embedder is None:
             return None
         vectors = await embedder.embed([text])

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.query.recall import recall
 from services.query.remember import MAX_DAYS, Fact, Remembered, remember
+from shared.memory.membership import require_member
 from shared.memory.vectors import ModelEmbedder
 from shared.memory.writer import Chat, publish_written
 from shared.streams import Publisher
@@ -154,12 +155,17 @@ async def do_remember(
 ) -> dict[str, Any]:
     """Store, then publish what the writer returns: MemoryChanged for each new and
     superseded memory, and EmbedRequested for those left pending (their
-    supersession check follows)."""
+    supersession check follows). Shared facts go only into a chat the user is a
+    member of."""
+    facts = body.to_facts()
+    chat = body.chat.chat() if body.chat else None
+    if chat is not None and any(f.shared for f in facts):
+        await require_member(pool, user_id, chat)
     result = await remember(
         pool,
         user_id,
-        body.to_facts(),
-        chat=body.chat.chat() if body.chat else None,
+        facts,
+        chat=chat,
         embedder=embedder,
         embedding_dim=embedding_dim,
         source="user",

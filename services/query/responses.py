@@ -35,7 +35,14 @@ class MeOut(Out):
 
 class ErasedOut(Out):
     erased: bool
-    rows: dict[str, int] = Field(description="rows deleted per table")
+    rows: dict[str, int] = Field(description="rows deleted per table (cascaded ones too)")
+    stream_entries: dict[str, int] = Field(
+        default_factory=dict, description="the user's stream entries deleted per stream"
+    )
+
+
+class ReenabledOut(Out):
+    reenabled: bool
 
 
 # --- Nova memory ------------------------------------------------------------------

@@ -104,7 +104,7 @@ class ForgetIn(Body):
 
 class FactListIn(Body):
     limit: Annotated[int, Field(ge=1, le=500)] = 100
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
     sort_by: SortBy = "category"
     sort_order: Literal["asc", "desc"] = "desc"
     search: Annotated[str | None, Field(max_length=200)] = None
@@ -159,7 +159,7 @@ class CheckpointIn(Body):
     checkpoint_id: Annotated[str | None, Field(min_length=1, max_length=255)] = None
     parent_id: Annotated[str | None, Field(min_length=1, max_length=255)] = None
     agent_id: Annotated[str | None, Field(max_length=255)] = None
-    step: Annotated[int | None, Field(ge=0)] = None
+    step: Annotated[int | None, Field(ge=0, le=2**31 - 1)] = None
 
 
 class AdminSearchIn(SearchIn):

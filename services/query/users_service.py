@@ -6,6 +6,13 @@ settings, API keys). Tables that keep a ``user_id`` without a foreign key (the
 audit log, and any later table that forgets the cascade) are swept by name from
 the catalog, in the same transaction. The erasure itself is audited without
 the user's id: only a truncated hash, so the log can prove it happened.
+
+It stays erased (``shared.erasure``): a tombstone laid in the same transaction,
+after turns in flight for the user are stored, makes ingest drop the user's later
+events; after the commit the user's entries are deleted from every stream
+(dead-letter included). The answer lists the rows deleted per table (counted
+before the delete, so rows that went by cascade are listed too) and the stream
+entries deleted per stream.
 """
 
 from __future__ import annotations
@@ -14,12 +21,17 @@ import hashlib
 from typing import Any
 
 import asyncpg
+import redis.asyncio as aioredis
 
 from shared.db import audit
+from shared.erasure import begin_erasure, purge_streams, reenable
 from shared.errors import NotFound
+from shared.settings import CommonSettings
 
 USER_TABLES = """
 SELECT format('DELETE FROM %I.%I WHERE user_id = $1', c.table_schema, c.table_name) AS stmt,
+       format('SELECT count(*) FROM %I.%I WHERE user_id = $1', c.table_schema, c.table_name)
+           AS count,
        c.table_name
 FROM information_schema.columns c
 JOIN information_schema.tables t
@@ -36,18 +48,30 @@ def user_hash(user_id: str) -> str:
     return hashlib.sha256(user_id.encode()).hexdigest()[:16]
 
 
-async def erase_user(pool: asyncpg.Pool, *, user_id: str, actor: str) -> dict[str, Any]:
-    """Delete the user and every row of theirs; NotFound if there is no such user."""
+async def erase_user(
+    pool: asyncpg.Pool,
+    *,
+    user_id: str,
+    actor: str,
+    redis: aioredis.Redis | None = None,
+    settings: CommonSettings | None = None,
+) -> dict[str, Any]:
+    """Delete the user and every row and stream entry of theirs, and keep them erased;
+    NotFound if there is no such user."""
     counts: dict[str, int] = {}
     async with pool.acquire() as conn, conn.transaction():
+        await begin_erasure(conn, user_id)
         exists = await conn.fetchval("SELECT 1 FROM users WHERE id = $1 FOR UPDATE", user_id)
         if exists is None:
             raise NotFound(f"no user {user_id!r}")
-        for r in await conn.fetch(USER_TABLES):
-            status = await conn.execute(r["stmt"], user_id)
-            n = int(status.split()[-1])
+        tables = await conn.fetch(USER_TABLES)
+        for r in tables:
+            n = int(await conn.fetchval(r["count"], user_id))
             if n:
                 counts[r["table_name"]] = n
+        counts["users"] = 1
+        for r in tables:
+            await conn.execute(r["stmt"], user_id)
         await conn.fetchrow(DELETE_USER, user_id)
         await audit(
             conn,
@@ -58,4 +82,24 @@ async def erase_user(pool: asyncpg.Pool, *, user_id: str, actor: str) -> dict[st
             entity_id=None,
             details={"user_hash": user_hash(user_id), "rows": counts},
         )
-    return {"erased": True, "rows": counts}
+    streams: dict[str, int] = {}
+    if redis is not None and settings is not None:
+        streams = await purge_streams(redis, settings, user_id)
+    return {"erased": True, "rows": counts, "stream_entries": streams}
+
+
+async def reenable_user(pool: asyncpg.Pool, *, user_id: str) -> dict[str, Any]:
+    """Lift an erased user's tombstone; NotFound if the id was not erased."""
+    async with pool.acquire() as conn, conn.transaction():
+        if not await reenable(conn, user_id):
+            raise NotFound(f"no erased user {user_id!r}")
+        await audit(
+            conn,
+            user_id=None,
+            actor="admin",
+            action="reenable",
+            entity="user",
+            entity_id=None,
+            details={"user_hash": user_hash(user_id)},
+        )
+    return {"reenabled": True}

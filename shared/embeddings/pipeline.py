@@ -12,15 +12,24 @@ texts per call, several users' rows in one call. For each call:
 - the provider refuses the input (4xx, a 500 that keeps coming, a malformed
   answer): the call is split to find the rows it refuses, which go to ``error``
   with the provider's message; the others are stored.
+
+One user's slow endpoint never holds up another user's rows (``guard``): every
+call has a deadline (retries included) and goes through its endpoint's circuit;
+a user's own endpoint has its own call slots (not the shared ``parallel``), and
+what it has not answered after ``inline_s`` is taken out of line: its rows get a
+retry time as a lease (a crash leaves them to the retry sweep), the call goes on
+in the background and the read returns. An endpoint with such a call still in
+flight gets no new calls: its rows are deferred at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +37,7 @@ import asyncpg
 
 from shared.embeddings import store
 from shared.embeddings.base import DimensionTooLarge, Embedder, fit_to_column
+from shared.embeddings.guard import GuardedEmbedder, Guards, default_guards, endpoint_key
 from shared.embeddings.providers import ProviderConfig, ProviderRegistry
 from shared.embeddings.store import Row
 from shared.errors import ConfigError, ProviderError, ProviderUnavailable
@@ -65,6 +75,8 @@ class Options:
     parallel: int = 2
     retry_backoff_s: float = 5.0
     retry_max_s: float = 600.0
+    deadline_s: float = 120.0  # one provider call, its retries included
+    inline_s: float | None = None  # a user endpoint's call waited for; None = to the end
 
 
 class Observer:
@@ -83,6 +95,7 @@ async def embed_items(
     registry: ProviderRegistry,
     options: Options,
     observer: Observer | None = None,
+    guards: Guards | None = None,
 ) -> Outcome:
     """Embed ``items`` (each user's config in ``configs``) and store the results."""
     obs = observer or Observer()
@@ -101,27 +114,96 @@ async def embed_items(
             continue
         groups[config.key].append(item)
 
+    guards = guards or default_guards()
     slots = asyncio.Semaphore(options.parallel)
-    tasks = []
+    inline: list[asyncio.Task[Outcome]] = []
+    own: dict[asyncio.Task[Outcome], tuple[str, str, list[Item]]] = {}
     for group in groups.values():
         config = configs[group[0].user_id]
         try:
-            embedder = registry.embedder(config)
+            inner = registry.embedder(config)
         except ConfigError as exc:
-            tasks.append(_defer(pool, group, str(exc), options, obs, config.provider))
+            inline.append(
+                asyncio.create_task(_defer(pool, group, str(exc), options, obs, config.provider))
+            )
             continue
+        key = endpoint_key(config)
+        embedder = GuardedEmbedder(inner, key, guards, deadline_s=options.deadline_s)
+        apart = key is not None and config.source == "user" and options.inline_s is not None
+        if apart and key is not None and guards.out_of_line(key):
+            # Still answering an earlier read's call out of line: not in this read's way.
+            reason = f"{key}: an earlier call is still in flight; retried later"
+            inline.append(
+                asyncio.create_task(_defer(pool, group, reason, options, obs, config.provider))
+            )
+            continue
+        gate = guards.slots(key) if apart and key is not None else slots
         for i in range(0, len(group), options.batch):
             chunk = group[i : i + options.batch]
-            tasks.append(_guarded(slots, _embed_chunk(pool, chunk, embedder, config, options, obs)))
-    for outcome in await asyncio.gather(*tasks):
+            task = asyncio.create_task(
+                _guarded(
+                    gate,
+                    functools.partial(_embed_chunk, pool, chunk, embedder, config, options, obs),
+                )
+            )
+            if apart and key is not None:
+                own[task] = (key, config.provider, list(chunk))
+            else:
+                inline.append(task)
+    started = time.monotonic()
+    for outcome in await asyncio.gather(*inline):
         total.add(outcome)
+    if own:
+        wait = max(0.0, (options.inline_s or 0.0) - (time.monotonic() - started))
+        done, late = await asyncio.wait(list(own), timeout=wait)
+        for task in done:
+            total.add(task.result())
+        for task in late:
+            key, provider, chunk = own[task]
+            total.add(
+                await _take_out_of_line(pool, task, key, provider, chunk, options, obs, guards)
+            )
     return total
 
 
-async def _guarded(slots: asyncio.Semaphore, work: Coroutine[Any, Any, Outcome]) -> Outcome:
-    # The coroutine starts only once it holds a slot.
+async def _take_out_of_line(
+    pool: asyncpg.Pool,
+    task: asyncio.Task[Outcome],
+    key: str,
+    provider: str,
+    chunk: Sequence[Item],
+    options: Options,
+    obs: Observer,
+    guards: Guards,
+) -> Outcome:
+    """Let ``task`` finish in the background; its rows leased until its deadline."""
+    guards.detach(task, key)
+    lease = options.deadline_s + options.retry_backoff_s
+    by_target: dict[tuple[str, EmbedKind], list[Any]] = defaultdict(list)
+    for it in chunk:
+        by_target[(it.user_id, it.row.kind)].append(it.row.id)
+    async with pool.acquire() as conn, conn.transaction():
+        for (user_id, kind), ids in by_target.items():
+            await store.defer(
+                conn,
+                user_id,
+                kind,
+                ids,
+                error=f"{key} is slow: embedding out of line",
+                backoff_s=lease,
+                max_backoff_s=lease,
+            )
+    log.warning("%s is slow: %d row(s) taken out of line", key, len(chunk))
+    obs.rows(provider, "out_of_line", len(chunk))
+    return Outcome(deferred=len(chunk))
+
+
+async def _guarded(
+    slots: asyncio.Semaphore, work: Callable[[], Coroutine[Any, Any, Outcome]]
+) -> Outcome:
+    # The coroutine is made only once it holds a slot.
     async with slots:
-        return await work
+        return await work()
 
 
 async def _embed_chunk(

@@ -44,6 +44,28 @@ class EmbeddingSettings(CommonSettings):
     embedding_concurrency: int = Field(
         default=4, description="requests in flight at once per HTTP endpoint"
     )
+    embedding_endpoint_allow: str = Field(
+        default="",
+        description="users' endpoints may only resolve to public addresses, except these "
+        "(comma-separated networks or host names, '*' = anything): e.g. 10.0.0.0/8,ollama.lan",
+    )
+    embedding_deadline_s: float = Field(
+        default=120.0, gt=0, description="longest one embedding call may take, retries included"
+    )
+    embedding_query_deadline_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="longest a search or remember waits for an HTTP provider to embed its "
+        "text; then it goes on full-text-only (the text is embedded later)",
+    )
+    embedding_circuit_failures: int = Field(
+        default=3, ge=1, description="failed calls in a row that open an endpoint's circuit"
+    )
+    embedding_circuit_cooldown_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="an open circuit refuses calls this long (doubled each time it re-opens)",
+    )
     embedding_local_batch: int = Field(
         default=64, description="texts per forward pass of the local model"
     )

@@ -24,6 +24,7 @@ from shared.db import Executor
 from shared.embeddings import crypto
 from shared.embeddings.base import Embedder
 from shared.embeddings.local import MODELS as LOCAL_MODELS
+from shared.embeddings.outbound import check_endpoint, public_reason
 from shared.embeddings.providers import (
     ProviderConfig,
     ProviderRegistry,
@@ -174,10 +175,20 @@ async def resolve_configs(
     out: dict[str, ProviderConfig | None | ConfigError] = {}
     for user_id in user_ids:
         try:
-            out[user_id] = choose(s, rows.get(user_id))
+            out[user_id] = await allowed(choose(s, rows.get(user_id)), s)
         except ConfigError as exc:
             out[user_id] = exc
     return out
+
+
+async def allowed(
+    config: ProviderConfig | None, settings: EmbeddingSettings
+) -> ProviderConfig | None:
+    """``config``, once its endpoint is one the server may call (a user's own endpoint is
+    checked, ``shared.embeddings.outbound``); raises ``EndpointRefused``."""
+    if config is not None and config.source == "user" and config.endpoint_url:
+        await check_endpoint(config.endpoint_url, settings.embedding_endpoint_allow)
+    return config
 
 
 async def resolve_embedder(
@@ -194,7 +205,7 @@ async def resolve_embedder(
     a search should only compare with rows whose ``embedding_provider`` /
     ``embedding_model`` equal this embedder's ``provider`` / ``model``."""
     s = as_embedding_settings(settings)
-    config = await resolve_config(pool, user_id, s)
+    config = await allowed(await resolve_config(pool, user_id, s), s)
     if config is None:
         return None
     return (registry or default_registry(s)).embedder(config)
@@ -227,6 +238,8 @@ async def put_provider_settings(
     """Store a user's settings (the API key encrypted). Starting a rebuild is the caller's
     next step (``shared.embeddings.lifecycle``), after showing how many rows it touches."""
     s = as_embedding_settings(settings)
+    if new.endpoint_url:
+        await check_endpoint(new.endpoint_url, s.embedding_endpoint_allow)
     replace_key = new.api_key is not None
     key_value = new.api_key.get_secret_value() if new.api_key is not None else ""
     key_enc = crypto.encrypt(s, key_value) if key_value else None
@@ -273,14 +286,18 @@ PROBE_TEXT = "engram embedding probe: the quick brown fox jumps over the lazy do
 async def probe_endpoint(
     config: ProviderConfig, settings: CommonSettings, *, registry: ProviderRegistry | None = None
 ) -> ProbeResult:
-    """Embed a probe text; report dimensions and latency, or the provider's error."""
+    """Embed a probe text; report dimensions and latency, or what kind of failure it was
+    (for a user's endpoint never the remote body). A user's endpoint the deployment
+    does not allow raises ``EndpointRefused`` before any call."""
     s = as_embedding_settings(settings)
+    await allowed(config, s)
     embedder = (registry or default_registry(s)).embedder(config)
     started = time.perf_counter()
     try:
         [vector] = await embedder.embed([PROBE_TEXT])
     except ProviderError as exc:
-        return ProbeResult(ok=False, provider=config.provider, model=config.model, error=str(exc))
+        error = public_reason(exc) if config.source == "user" else str(exc)
+        return ProbeResult(ok=False, provider=config.provider, model=config.model, error=error)
     latency = (time.perf_counter() - started) * 1000
     return ProbeResult(
         ok=True,

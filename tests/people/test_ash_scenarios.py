@@ -168,6 +168,14 @@ async def test_users_see_only_their_own_and_their_chats_memories(semantic_api, p
     api = semantic_api
     chat = {"provider": "slack", "chat_id": f"C{uuid.uuid4().hex[:8]}"}
     await api.ok("/v1/remember", {"content": "My bank PIN hint is the dog's birthday"})
+    await pool.execute(  # the author is in the chat too (issue 17.3)
+        "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
+        "VALUES ($1, $2, $3, $4, now(), now())",
+        uuid.uuid4(),
+        api.user_id,
+        chat["provider"],
+        chat["chat_id"],
+    )
     await api.ok(
         "/v1/remember",
         {"content": "Team standup is at 9:30 every weekday", "shared": True, "chat": chat},

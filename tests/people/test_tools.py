@@ -3,7 +3,7 @@
 import pytest
 
 from services.query.people_tools import PEOPLE_TOOLS, call_people_tool
-from shared.errors import InvalidRequest
+from shared.errors import InvalidRequest, NotFound
 from shared.memory.writer import Chat
 from tests.people.conftest import make_app
 from tests.support import running
@@ -48,6 +48,15 @@ async def test_tool_calls_play_the_wife_scenario(make_settings, pool, user_id, l
         assert out["results"][0]["content"] == "She likes Italian food"
         assert out["results"][0]["subjects"][0]["name"] == "Sarah"
 
+        with pytest.raises(NotFound, match="chats you are in"):  # not a member (yet)
+            await call_people_tool(
+                "remember", {"content": "x", "shared": True}, **kw, chat=Chat("slack", "C1")
+            )
+        await pool.execute(
+            "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
+            "VALUES (gen_random_uuid(), $1, 'slack', 'C1', now(), now())",
+            user_id,
+        )
         shared = await call_people_tool(
             "remember",
             {"content": "Deploys freeze on Fridays", "shared": True},

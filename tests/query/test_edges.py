@@ -90,7 +90,7 @@ async def test_openapi_declares_bearer_auth_and_the_error_answers(client):
     listing = spec["paths"]["/v1/tools"]["get"]["responses"]
     assert "401" not in listing and "413" not in listing and "422" in listing  # ?format=
     me = spec["paths"]["/v1/me"]["get"]["responses"]
-    assert sorted(me) == ["200", "401", "403"]
+    assert sorted(me) == ["200", "401", "403", "503"]  # 503: PostgreSQL unreachable (faults)
     assert "/mcp" not in spec["paths"]
 
 

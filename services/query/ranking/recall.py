@@ -29,6 +29,7 @@ from services.query.ranking.specs import ASH_RECALL, MIN_MESSAGE_SIMILARITY
 from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.db import Executor
 from shared.embeddings import vector_index
+from shared.memory.membership import is_member as is_member  # its one home
 from shared.memory.writer import Chat
 
 # Parameters shared by the memory statements:
@@ -108,10 +109,6 @@ FROM memory_items m JOIN candidates c USING (id)
      LEFT JOIN messages s ON s.id = m.source_message_id AND s.user_id = m.user_id, q
 """
 
-IS_MEMBER = """
-SELECT EXISTS (SELECT 1 FROM episodes WHERE user_id = $1 AND provider = $2 AND chat_id = $3)
-"""
-
 
 @dataclass(frozen=True)
 class SourceTurn:
@@ -163,11 +160,6 @@ def _sql(dim: int, indexed: bool = False) -> str:
     rows are in the (partial) HNSW index, so the walk can use it."""
     template = SEARCH_MEMORIES.replace("{semantic}", _SEMANTIC_INDEXED if indexed else _SEMANTIC)
     return template.replace("{dim}", str(dim))
-
-
-async def is_member(conn: Executor, user_id: str, chat: Chat) -> bool:
-    """Whether ``user_id`` has a session in ``chat`` (and so sees its shared memories)."""
-    return bool(await conn.fetchval(IS_MEMBER, user_id, chat.provider, chat.chat_id))
 
 
 async def search_memories(

@@ -12,6 +12,8 @@ from services.query.auth import UserId
 from services.query.decision_guard import MAX_CHARS, TARGET_CHARS
 from services.query.decision_guard import record_decision as record
 from services.query.deps import Pool, Pub, State
+from shared.memory.membership import require_member, require_own_episode
+from shared.memory.writer import Chat
 
 router = APIRouter(prefix="/v1", tags=["decisions"])
 
@@ -50,6 +52,11 @@ async def record_decision(
     publisher: Pub,
     state: State,
 ) -> Any:
+    # a reference to someone else's episode or a chat one is not in: 404 (issue 17.3/17.6)
+    if body.episode_id is not None:
+        await require_own_episode(pool, user_id, body.episode_id)
+    if body.provider and body.chat_id:
+        await require_member(pool, user_id, Chat(body.provider, body.chat_id))
     d = await record(
         pool,
         user_id=user_id,

@@ -7,7 +7,11 @@ many rows a rebuild would touch; ``POST /v1/embeddings/rebuild`` starts it;
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from typing import TypeVar
+
 from fastapi import APIRouter
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
 from services.query.auth import UserId
@@ -30,10 +34,23 @@ from shared.embeddings.lifecycle import (
     rebuild_progress,
     start_rebuild,
 )
+from shared.embeddings.outbound import EndpointRefused
 from shared.embeddings.user_settings import stored_api_key
 from shared.errors import InvalidRequest
 
 router = APIRouter(prefix="/v1/embeddings", tags=["embeddings"])
+
+T = TypeVar("T")
+
+
+async def _endpoint_checked(work: Awaitable[T]) -> T:
+    """A refused endpoint is the caller's input error: 422 naming ``endpoint_url``."""
+    try:
+        return await work
+    except EndpointRefused as exc:
+        raise RequestValidationError(
+            [{"loc": ("body", "endpoint_url"), "msg": str(exc), "type": "endpoint_refused"}]
+        ) from None
 
 
 class SavedSettings(BaseModel):
@@ -61,7 +78,7 @@ async def put_settings(
 ) -> SavedSettings:
     s = settings
     before = await resolve_config(pool, user, s)
-    saved = await put_provider_settings(pool, user, body, s)
+    saved = await _endpoint_checked(put_provider_settings(pool, user, body, s))
     after = await resolve_config(pool, user, s)
     changed = after is not None and (
         before is None
@@ -95,7 +112,7 @@ async def test_provider(
         if found is None:
             raise InvalidRequest("no embedding provider is in effect (full-text-only mode)")
         config = found
-    return await probe_endpoint(config, s)
+    return await _endpoint_checked(probe_endpoint(config, s))
 
 
 @router.get("/rebuild", summary="How many rows a rebuild touches, and the latest one's progress")

@@ -33,7 +33,7 @@ async def list_episodes(
     pool: Pool,
     status: Annotated[str | None, Query(pattern="^(open|closed)$")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> dict[str, Any]:
     return await es.list_episodes(pool, user_id=user_id, status=status, limit=limit, offset=offset)
 

@@ -4,23 +4,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Request, status
 
 from services.query import responses as R
-from services.query.auth import Caller
+from services.query.auth import Admin, Caller
 from services.query.deps import Pool
-from services.query.users_service import erase_user
+from services.query.users_service import erase_user, reenable_user
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 
 
 @router.delete(
     "/{user_id}",
-    summary="Erase a user: every message, memory, vector, person, key",
+    summary="Erase a user: every message, memory, vector, person, key, stream entry",
     response_model=R.ErasedOut,
 )
-async def erase(user_id: str, who: Caller, pool: Pool) -> dict[str, Any]:
+async def erase(user_id: str, who: Caller, pool: Pool, request: Request) -> dict[str, Any]:
     if not who.is_admin and who.user_id != user_id:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "this key cannot erase another user")
     actor = "admin" if who.is_admin else "user"
-    return await erase_user(pool, user_id=user_id, actor=actor)
+    rt = request.app.state.runtime
+    return await erase_user(
+        pool, user_id=user_id, actor=actor, redis=rt.redis, settings=rt.settings
+    )
+
+
+@router.post(
+    "/{user_id}/reenable",
+    summary="Let an erased user's id be used again: their new events are stored (admin key)",
+    response_model=R.ReenabledOut,
+)
+async def reenable(user_id: str, who: Admin, pool: Pool) -> dict[str, Any]:
+    return await reenable_user(pool, user_id=user_id)

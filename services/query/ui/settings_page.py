@@ -30,6 +30,7 @@ from shared.embeddings import (
     resolve_config,
 )
 from shared.embeddings.lifecycle import rebuild_count, rebuild_progress, start_rebuild
+from shared.embeddings.outbound import EndpointRefused
 from shared.embeddings.providers import system_config
 from shared.embeddings.user_settings import as_embedding_settings, stored_api_key
 from shared.settings import CommonSettings
@@ -130,7 +131,10 @@ async def test_endpoint(request: Request, viewer: ViewerDep, pool: Pool) -> HTML
     except FormError as exc:
         return render(request, "_probe.html", {"error": str(exc), "result": None}, status_code=400)
     config = config_from_input(new, stored_key=await stored_api_key(pool, viewer.user_id, s))
-    result = await probe_endpoint(config, s)
+    try:
+        result = await probe_endpoint(config, s)
+    except EndpointRefused as exc:
+        return render(request, "_probe.html", {"error": str(exc), "result": None}, status_code=422)
     return render(
         request, "_probe.html", {"error": None, "result": result, "column_dim": s.embedding_dim}
     )
@@ -152,7 +156,10 @@ async def save(request: Request, viewer: ViewerDep, pool: Pool, publisher: Pub) 
     if changed and after is not None and after.endpoint_url and not untested_ok:
         # a new endpoint is tried before it is stored: one that fails is saved only when
         # the person says so (the vectors would all be errors until it works)
-        probe = await probe_endpoint(after, s)
+        try:
+            probe = await probe_endpoint(after, s)
+        except EndpointRefused as exc:  # an address this deployment does not call
+            return render(request, "_saved.html", {"error": str(exc)}, status_code=422)
         if not probe.ok:
             return render(request, "_untested.html", {"result": probe})
     count = await rebuild_count(pool, viewer.user_id)
@@ -162,7 +169,10 @@ async def save(request: Request, viewer: ViewerDep, pool: Pool, publisher: Pub) 
             "_confirm.html",
             {"before": before, "after": after, "count": count, "untested": untested_ok},
         )
-    saved = await put_provider_settings(pool, viewer.user_id, new, s)
+    try:
+        saved = await put_provider_settings(pool, viewer.user_id, new, s)
+    except EndpointRefused as exc:
+        return render(request, "_saved.html", {"error": str(exc)}, status_code=422)
     rebuild = None
     if changed and count.total > 0:
         rebuild = await start_rebuild(pool, viewer.user_id, s, publisher=publisher)

@@ -1,0 +1,77 @@
+"""The reliability suite (issue 17.8): marked ``chaos`` (and ``slow``, so ``make
+test-fast`` leaves it out). Its default size is the short form ``.ci/run`` runs
+(a few minutes); ``ENGRAM_CHAOS_SCALE=10`` runs ten times the load.
+
+Each test adds its rows to one table, printed at the end of the run:
+lost, duplicated, leaks, 5xx, and poison throughput against clean."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+SCALE = max(1, int(os.environ.get("ENGRAM_CHAOS_SCALE", "1")))
+
+# check -> (value, what it means); filled by the tests, printed by pytest_terminal_summary
+TABLE: dict[str, tuple[Any, str]] = {}
+
+
+def record(check: str, value: Any, note: str = "") -> None:
+    TABLE[check] = (value, note)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/chaos/" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.chaos)
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not TABLE:
+        return
+    tr = terminalreporter
+    tr.section("reliability (tests/chaos)")
+    width = max(len(k) for k in TABLE)
+    for check, (value, note) in TABLE.items():
+        tr.write_line(f"{check:<{width}}  {value!s:>10}  {note}")
+
+
+@pytest.fixture(scope="session")
+def embed_server() -> Any:
+    """The system embedding provider of the chaos stack: a scripted OpenAI-compatible
+    server over real HTTP (fast, deterministic vectors)."""
+    from tests.embedder.scripted import ScriptedServer
+
+    server = ScriptedServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory, embed_server: Any) -> Any:
+    """Own PostgreSQL and Redis (restartable), the query service, and two instances of
+    each consumer in the same group."""
+    from tests.chaos.stack import start_stack
+
+    s = start_stack(
+        tmp_path_factory.mktemp("chaos"),
+        ENGRAM_EMBEDDING_PROVIDER="openai",
+        ENGRAM_EMBEDDING_URL=f"{embed_server.url}/v1",
+        ENGRAM_EMBEDDING_MODEL="scripted",
+        ENGRAM_STALE_AFTER_MINUTES="0.05",
+        ENGRAM_SWEEP_INTERVAL_S="1",
+        ENGRAM_EMBED_SWEEP_S="1",
+        ENGRAM_EMBED_RETRY_BACKOFF_S="1",
+        ENGRAM_EMBED_RETRY_MAX_S="5",
+        ENGRAM_SECRET_KEY="chaos-secret",
+    )
+    try:
+        s.add("query", 1)
+        for service in ("ingest", "embedder", "extractor"):
+            s.add(service, 2)
+        yield s
+    finally:
+        s.stop()

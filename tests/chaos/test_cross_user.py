@@ -1,0 +1,251 @@
+"""The cross-user matrix: user A's ids, threads, chats and words used with user B's
+key on every /v1 operation and every tool; the answer is 403/404 or B's own
+(empty) data, never anything of A's, and A's data is unchanged afterwards.
+
+Against the running query service of the chaos stack over real HTTP. A test
+fails when an operation appears in the OpenAPI that the matrix does not cover,
+so a new route gets its row here."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+
+from shared.apikeys import create_key
+from shared.db import connect
+from tests.chaos.conftest import record
+
+MARK = "zqxsecret"  # in every text of A's, so any echo of A's data is found
+
+
+async def _seed(url: str, a: str, b: str) -> dict[str, Any]:
+    conn = await connect(url)
+    try:
+        for u in (a, b):
+            await conn.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", u)
+        episode = uuid.uuid4()
+        await conn.execute(
+            "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
+            "VALUES ($1, $2, 'chaos', 'chat-of-a', now(), now())",
+            episode,
+            a,
+        )
+        await conn.execute(
+            "INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, "
+            "content, occurred_at) VALUES ($1, $2, $3, 'chaos', 'chat-of-a', 'user', $4, now())",
+            uuid.uuid4(),
+            a,
+            episode,
+            f"my {MARK} turn about the garden",
+        )
+        keys = {}
+        for u in (a, b):
+            _, keys[u] = await create_key(conn, user_id=u)
+        return {"episode": str(episode), "keys": keys}
+    finally:
+        await conn.close()
+
+
+def _ok(r: httpx.Response) -> dict[str, Any]:
+    assert r.status_code < 300, (r.request.url, r.status_code, r.text)
+    out: dict[str, Any] = r.json()
+    return out
+
+
+async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
+    query = next(i for i in stack.instances if i.service == "query")
+    base = f"http://127.0.0.1:{query.port}"
+    a, b = f"matrix-a-{uuid.uuid4().hex[:6]}", f"matrix-b-{uuid.uuid4().hex[:6]}"
+    seed = await _seed(stack.database_url, a, b)
+    ha = {"Authorization": f"Bearer {seed['keys'][a]}"}
+    hb = {"Authorization": f"Bearer {seed['keys'][b]}"}
+    chat = {"provider": "chaos", "chat_id": "chat-of-a"}
+    async with httpx.AsyncClient(base_url=base, timeout=30) as c:
+        item = _ok(
+            await c.post(
+                "/v1/memory/add", json={"type": "fact", "content": f"{MARK} one"}, headers=ha
+            )
+        )["id"]
+        stored = _ok(await c.post("/v1/jarvus/store", json={"text": f"{MARK} two"}, headers=ha))
+        jarvus_id = stored.get("memory_id") or stored.get("id")
+        _ok(
+            await c.post(
+                "/v1/facts",
+                json={"category": "pets", "key": "dog", "value": f"{MARK} rex"},
+                headers=ha,
+            )
+        )
+        _ok(await c.put("/v1/facts/summary", json={"summary": f"{MARK} summary"}, headers=ha))
+        cp = _ok(
+            await c.post(
+                "/v1/threads/thread-a/checkpoints", json={"state": {"s": MARK}}, headers=ha
+            )
+        )
+        _ok(
+            await c.post(
+                "/v1/remember",
+                json={"content": f"{MARK} shared", "shared": True, "chat": chat},
+                headers=ha,
+            )
+        )
+        _ok(await c.post("/v1/people", json={"reference": "my sister Zqxsecret"}, headers=ha))
+        _ok(
+            await c.post(
+                "/v1/decisions",
+                json={"description": f"Use {MARK} storage", "episode_id": seed["episode"]},
+                headers=ha,
+            )
+        )
+        before = _ok(await c.get("/v1/facts", headers=ha))["facts"]
+        checkpoint_id = cp.get("checkpoint_id")
+
+        q = {"query": MARK}
+        matrix: list[tuple[str, str, dict[str, Any] | None]] = [
+            ("GET", "/v1/me", None),
+            ("POST", "/v1/memory/search", q),
+            ("POST", "/v1/memory/add", {"type": "fact", "content": "b's own"}),
+            ("GET", f"/v1/memory/items/{item}", None),
+            ("DELETE", f"/v1/memory/items/{item}", None),
+            ("POST", f"/v1/memory/items/{item}/archive", None),
+            ("GET", "/v1/memory/themes", None),
+            ("POST", "/v1/messages/search", q),
+            ("POST", "/v1/facts", {"category": "pets", "key": "dog", "value": "b's dog"}),
+            ("GET", f"/v1/facts?search={MARK}", None),
+            ("POST", "/v1/facts/search", q),
+            ("POST", "/v1/facts/forget", {"key": "dog", "category": "pets"}),
+            ("GET", "/v1/facts/summary", None),
+            ("PUT", "/v1/facts/summary", {"summary": "b's summary"}),
+            ("POST", "/v1/jarvus/actions", {"action": "click"}),
+            ("POST", "/v1/jarvus/feedback", {"suggestion_id": "s1", "user_response": "ok"}),
+            ("POST", "/v1/jarvus/workflows", {"workflow_id": "w1"}),
+            ("POST", "/v1/jarvus/store", {"text": "b's", "memory_id": jarvus_id}),
+            ("GET", f"/v1/jarvus/episodes?query={MARK}", None),
+            ("GET", f"/v1/jarvus/facts?query={MARK}", None),
+            ("GET", f"/v1/jarvus/procedures?query={MARK}", None),
+            ("GET", "/v1/jarvus/namespaces", None),
+            ("DELETE", f"/v1/jarvus/memories/{jarvus_id}", None),
+            (
+                "POST",
+                "/v1/threads/thread-a/checkpoints",
+                {"state": {"b": 1}, "parent_id": checkpoint_id},
+            ),
+            ("GET", "/v1/threads/thread-a/checkpoints", None),
+            ("GET", "/v1/threads/thread-a/checkpoints/latest", None),
+            ("GET", f"/v1/threads/thread-a/checkpoints/{checkpoint_id}/lineage", None),
+            ("DELETE", "/v1/threads/thread-a/checkpoints", None),
+            ("GET", "/v1/tools", None),
+            ("DELETE", f"/v1/users/{a}", None),
+            ("POST", f"/v1/users/{a}/reenable", None),
+            ("POST", "/v1/admin/search", {"query": MARK, "user_id": a}),
+            ("GET", "/v1/admin/facts", None),
+            ("GET", "/v1/embeddings/settings", None),
+            ("GET", "/v1/embeddings/rebuild", None),
+            ("POST", "/v1/decisions", {"description": "Use tea", "episode_id": seed["episode"]}),
+            ("POST", "/v1/decisions", {"description": "Use tea", **chat}),
+            ("POST", "/v1/episodes/search", q),
+            ("GET", "/v1/episodes", None),
+            ("GET", f"/v1/episodes/{seed['episode']}", None),
+            ("POST", "/v1/remember", {"content": "b in a's chat", "shared": True, "chat": chat}),
+            ("POST", "/v1/recall", {"query": MARK, "chat": chat}),
+            ("GET", "/v1/people", None),
+            ("POST", "/v1/people", {"reference": "my brother Bob"}),
+            ("POST", "/v1/context", {"message": MARK, "chat": chat}),
+            ("POST", "/v1/context", {"message": MARK, "chat": chat, "policy": "sections"}),
+            ("POST", "/v1/context", {"message": MARK, "policy": "summary"}),
+        ]
+        tools = [
+            ("memory", {"operation": "search", "query": MARK}),
+            ("memory", {"operation": "get", "item_id": str(item)}),
+            ("memory", {"operation": "archive", "item_id": str(item)}),
+            ("memory", {"operation": "list_themes"}),
+            ("memory_facts", {"action": "search", "query": MARK}),
+            ("memory_facts", {"action": "list"}),
+            ("memory_facts", {"action": "forget", "key": "dog", "category": "pets"}),
+            ("recall", {"query": MARK}),
+            ("remember", {"content": "b's tool memory"}),
+        ]
+        leaks, server_errors, calls = [], [], 0
+        for method, path, body in matrix:
+            r = await c.request(method, path, json=body, headers=hb)
+            calls += 1
+            if r.status_code >= 500:
+                server_errors.append((method, path, r.status_code))
+            if MARK in r.text.lower() or (r.status_code < 300 and _names_a(path, r, a)):
+                leaks.append((method, path, r.status_code, r.text[:200]))
+        for name, arguments in tools:
+            r = await c.post(
+                "/v1/tools/call", json={"name": name, "arguments": arguments}, headers=hb
+            )
+            calls += 1
+            if r.status_code >= 500:
+                server_errors.append(("tool", name, r.status_code))
+            if MARK in r.text.lower():
+                leaks.append(("tool", name, r.status_code, r.text[:200]))
+        # what B did changed nothing of A's
+        after = _ok(await c.get("/v1/facts", headers=ha))["facts"]
+        still = _ok(await c.get(f"/v1/memory/items/{item}", headers=ha))
+        lineage = await c.get(
+            f"/v1/threads/thread-a/checkpoints/{checkpoint_id}/lineage", headers=ha
+        )
+        jarvus = await c.get(f"/v1/jarvus/facts?query={MARK}", headers=ha)
+        summary = _ok(await c.get("/v1/facts/summary", headers=ha))
+        spec = (await c.get("/openapi.json")).json()
+    if [f["value"] for f in after] != [f["value"] for f in before]:
+        leaks.append(("write", "A's facts changed", after))
+    if still.get("status") != "active":
+        leaks.append(("write", "A's memory changed", still.get("status")))
+    if lineage.status_code != 200 or MARK not in lineage.text:
+        leaks.append(("write", "A's checkpoints changed", lineage.status_code))
+    if MARK not in jarvus.text:
+        leaks.append(("write", "A's jarvus memory changed", jarvus.text[:200]))
+    if MARK not in str(summary):
+        leaks.append(("write", "A's summary changed", summary))
+
+    covered = {(m, _template(p)) for m, p, _ in matrix} | {("POST", "/v1/tools/call")}
+    wanted = {
+        (m.upper(), p) for p, ops in spec["paths"].items() if p.startswith("/v1/") for m in ops
+    }
+    skipped = {
+        ("PUT", "/v1/embeddings/settings"),
+        ("DELETE", "/v1/embeddings/settings"),
+        ("POST", "/v1/embeddings/test"),
+        ("POST", "/v1/embeddings/rebuild"),
+    }  # B's own only
+    missing = wanted - covered - skipped
+    print(f"\ncross-user matrix: {calls} calls, leaks {leaks}, 5xx {server_errors}")
+    record("cross-user calls", calls, f"{len(wanted)} operations + {len(tools)} tool calls")
+    record("leaks", len(leaks), "A's data in B's answers, or A's data changed by B")
+    assert not missing, f"operations without a row in the matrix: {sorted(missing)}"
+    assert leaks == []
+    assert server_errors == []
+
+
+def _names_a(path: str, r: httpx.Response, a: str) -> bool:
+    return a in r.text
+
+
+def _template(path: str) -> str:
+    """The OpenAPI path of a concrete one (ids back to their parameter names)."""
+    path = path.split("?", 1)[0]
+    parts = path.split("/")
+    names = {
+        ("memory", "items"): "{item_id}",
+        ("jarvus", "memories"): "{memory_id}",
+        ("v1", "threads"): "{thread_id}",
+        ("v1", "users"): "{user_id}",
+        ("v1", "episodes"): "{episode_id}",
+        ("checkpoints", None): "{checkpoint_id}",
+    }
+    out = []
+    for i, part in enumerate(parts):
+        prev = parts[i - 1] if i else ""
+        prev2 = parts[i - 2] if i > 1 else ""
+        if (prev2, prev) in names and part not in ("search",):
+            out.append(names[(prev2, prev)])
+        elif prev == "checkpoints" and part not in ("latest", ""):
+            out.append("{checkpoint_id}")
+        else:
+            out.append(part)
+    return "/".join(out)
