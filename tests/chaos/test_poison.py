@@ -1,12 +1,8 @@
-"""The poison corpus: entries that pass validation but that PostgreSQL refuses (NUL
-bytes in display_name, metadata, chat_id, tool_args; years 0001 and 9999) mixed
-into clean load. Measured side by side in one run: the same number of turns clean,
-then with 1% poison; every clean turn must be stored.
-
-Isolating poison quickly is issue 17.5 (helper "events"): until it is merged a
-poisoned batch is retried as if the database were down and does not drain within
-this test's bound; the test then says so as an expected failure (xfail), with the
-throughput it saw. After that merge the test must pass as it stands."""
+"""The poison corpus: entries PostgreSQL would refuse (NUL bytes in display_name,
+metadata, chat_id, tool_args; years 0001 and 9999), XADDed raw into clean load.
+Measured side by side in one run: the same number of turns clean, then with 1%
+poison; every clean turn must be stored once, within the bound (ingest refuses the
+poison at the boundary and dead-letters it at once)."""
 
 from __future__ import annotations
 
@@ -16,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
-import pytest
 import redis.asyncio as aioredis
 
 from shared.events import TurnReceived, encode
@@ -54,7 +49,9 @@ def _poison(tag: str, i: int) -> TurnReceived:
         base["occurred_at"] = datetime(1, 1, 1, tzinfo=UTC)
     else:
         base["occurred_at"] = datetime(9999, 12, 31, 23, 59, tzinfo=UTC)
-    return TurnReceived(**base)
+    # built without validation, as a careless platform would XADD it: the model itself
+    # refuses these now, and ingest must too
+    return TurnReceived.model_construct(**base)
 
 
 async def _run(stack: Any, poisoned: bool) -> tuple[float, int, int, list[str]]:
@@ -118,10 +115,7 @@ async def test_poison_corpus_throughput_against_clean(stack: Any) -> None:
         f"vs clean (target >= 0.8); {TURNS} turns, 1% poison"
         + ("" if drained else f"; {missing} clean turns not stored within {WAIT_S:.0f} s"),
     )
+    # the ratio is reported, not asserted (a short run on a shared machine is noisy;
+    # `python -m bench.poison` measures it): every clean turn stored once is asserted
     assert clean_missing == 0 and clean_dups == 0 and dups == 0
-    if not drained:
-        pytest.xfail(
-            f"poison not isolated: {missing} clean turns waiting after {WAIT_S:.0f} s "
-            "(issue 17.5, helper events)"
-        )
-    assert missing == 0
+    assert missing == 0, f"poison not isolated: {missing} clean turns waiting after {WAIT_S} s"
