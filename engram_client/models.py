@@ -61,8 +61,8 @@ class Themes(Model):
 
 
 class Fact(Model):
-    category: str
-    key: str
+    category: str | None  # None for a fact the extractor learned (no key)
+    key: str | None
     value: str
 
 
