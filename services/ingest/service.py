@@ -236,6 +236,14 @@ async def store_turns(
         dropped = [d.entry_id for d in batch if d.event.user_id in erased]
         if erased:
             batch = [d for d in batch if d.event.user_id not in erased]
+        # Locks in one order everywhere (users, then chats sorted, then rows), the same
+        # as the episode handler's, so a turn batch and a close never deadlock.
+        await conn.execute(
+            LOCK_CHATS,
+            sorted(
+                {_chat_lock((d.event.user_id, d.event.provider, d.event.chat_id)) for d in batch}
+            ),
+        )
         users: dict[str, str | None] = {}
         for d in batch:
             name = d.event.display_name if d.event.role == "user" else None
@@ -470,6 +478,16 @@ async def handle_episode_events(
     extract: list[ExtractRequested] = []
     async with pool.acquire() as conn, conn.transaction():
         erased = await hold_users(conn, [d.event.user_id for d in deliveries])
+        await conn.execute(
+            LOCK_CHATS,
+            sorted(
+                {
+                    _chat_lock((d.event.user_id, d.event.provider, d.event.chat_id))
+                    for d in deliveries
+                    if d.event.user_id not in erased
+                }
+            ),
+        )
         for d in sorted(deliveries, key=lambda x: (x.event.occurred_at, x.entry_id)):
             ev = d.event
             if ev.user_id in erased:
