@@ -36,22 +36,13 @@ from services.query.ranking.memories import SearchParams
 from services.query.settings import QuerySettings
 from shared.apikeys import create_key
 from shared.db import create_pool
+from shared.memory.writer import MEMORY_TYPES
 from shared.settings import CommonSettings
 from tests.support import running
 
 TARGET_MS = 50.0
 DIM = 384
-TYPES = [
-    "preference",
-    "fact",
-    "instruction",
-    "summary",
-    "procedure",
-    "episode",
-    "decision",
-    "workflow",
-    "other",
-]
+TYPES = list(MEMORY_TYPES)
 THEMES = [f"theme-{i}" for i in range(12)]
 WORDS = (
     "garden coffee hiking Lisbon mortgage tennis Python report dentist jazz chess "

@@ -179,20 +179,7 @@ async def _take_out_of_line(
     """Let ``task`` finish in the background; its rows leased until its deadline."""
     guards.detach(task, key)
     lease = options.deadline_s + options.retry_backoff_s
-    by_target: dict[tuple[str, EmbedKind], list[Any]] = defaultdict(list)
-    for it in chunk:
-        by_target[(it.user_id, it.row.kind)].append(it.row.id)
-    async with pool.acquire() as conn, conn.transaction():
-        for (user_id, kind), ids in by_target.items():
-            await store.defer(
-                conn,
-                user_id,
-                kind,
-                ids,
-                error=f"{key} is slow: embedding out of line",
-                backoff_s=lease,
-                max_backoff_s=lease,
-            )
+    await _leave_pending(pool, chunk, f"{key} is slow: embedding out of line", lease, lease)
     log.warning("%s is slow: %d row(s) taken out of line", key, len(chunk))
     obs.rows(provider, "out_of_line", len(chunk))
     return Outcome(deferred=len(chunk))
@@ -312,14 +299,14 @@ async def _store(
     return outcome
 
 
-async def _defer(
+async def _leave_pending(
     pool: asyncpg.Pool,
     items: Sequence[Item],
     error: str,
-    options: Options,
-    obs: Observer,
-    provider: str,
-) -> Outcome:
+    backoff_s: float,
+    max_backoff_s: float,
+) -> None:
+    """Keep ``items`` pending with ``error``, retried after a backoff (store.defer)."""
     by_target: dict[tuple[str, EmbedKind], list[Any]] = defaultdict(list)
     for it in items:
         by_target[(it.user_id, it.row.kind)].append(it.row.id)
@@ -331,9 +318,20 @@ async def _defer(
                 kind,
                 ids,
                 error=error,
-                backoff_s=options.retry_backoff_s,
-                max_backoff_s=options.retry_max_s,
+                backoff_s=backoff_s,
+                max_backoff_s=max_backoff_s,
             )
+
+
+async def _defer(
+    pool: asyncpg.Pool,
+    items: Sequence[Item],
+    error: str,
+    options: Options,
+    obs: Observer,
+    provider: str,
+) -> Outcome:
+    await _leave_pending(pool, items, error, options.retry_backoff_s, options.retry_max_s)
     log.warning("provider unavailable, %d row(s) stay pending: %s", len(items), error[:300])
     obs.rows(provider, "deferred", len(items))
     return Outcome(deferred=len(items))
