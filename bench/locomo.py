@@ -70,6 +70,9 @@ REFERENCES = [
 ]
 
 
+CAPTION = "[shares an image: "
+
+
 @dataclass(frozen=True)
 class Turn:
     dia_id: str
@@ -91,10 +94,57 @@ class Conversation:
     speaker_a: str
     turns: list[Turn] = field(default_factory=list)
     questions: list[Question] = field(default_factory=list)
+    form: str = "plain"  # or "bursts" (see ``bursts``)
 
     @property
     def user_id(self) -> str:
-        return f"locomo-{self.sample_id}"
+        return (
+            f"locomo-{self.sample_id}"
+            if self.form == "plain"
+            else f"locomo-{self.form}-{self.sample_id}"
+        )
+
+
+# A sentence ends at ".", "!" or "?" (possibly repeated, or "?!") followed by space.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+PIECE = "#"  # a piece's external id: ``<dia_id>#<n>``
+
+
+def sentences(text: str) -> list[str]:
+    return [p for p in _SENTENCE_END.split(text.strip()) if p]
+
+
+def bursts(conv: Conversation) -> Conversation:
+    """The same conversation as real chats tend to look: every turn split into its
+    sentences, published as consecutive turns of the same speaker (a burst of short
+    messages), a shared image's caption as a message of its own. The pieces of
+    turn ``D1:3`` get the ids ``D1:3#0``, ``D1:3#1``, ...: an evidence turn counts as
+    found in the top k when any of its pieces is among the top k pieces returned
+    (the k are pieces, not turns: the agent still gets k messages). The questions
+    are unchanged; each piece is one second after the last, as the turns are."""
+    out = Conversation(conv.sample_id, conv.speaker_a, questions=conv.questions, form="bursts")
+    session, step, start = "", 0, conv.turns[0].when if conv.turns else datetime.now(UTC)
+    for t in conv.turns:
+        text, caption = t.text, ""
+        if CAPTION in text:
+            text, caption = text.split(CAPTION, 1)
+            caption = (CAPTION + caption).strip()
+        parts = sentences(text) + ([caption] if caption else [])
+        this = t.dia_id.split(":")[0]
+        if this != session:
+            session, step = this, 0
+            start = t.when
+        for i, part in enumerate(parts or [t.text]):
+            out.turns.append(
+                Turn(f"{t.dia_id}{PIECE}{i}", t.speaker, part, start + timedelta(seconds=step))
+            )
+            step += 1
+    return out
+
+
+def turn_of(external_id: str) -> str:
+    """The LoCoMo turn a returned message is (or is a piece of)."""
+    return external_id.split(PIECE, 1)[0]
 
 
 def _session_time(text: str) -> datetime:
@@ -125,7 +175,7 @@ def load(path: Path) -> list[Conversation]:
             for i, t in enumerate(c[key]):
                 text = t["text"]
                 if t.get("blip_caption"):
-                    text = f"{text} [shares an image: {t['blip_caption']}]"
+                    text = f"{text} {CAPTION}{t['blip_caption']}]"
                 conv.turns.append(
                     Turn(t["dia_id"], t["speaker"], text, start + timedelta(seconds=i))
                 )
@@ -281,7 +331,10 @@ Row = tuple[str, int, dict[str, float], float]
 
 
 def _ndcg(ranked: list[str], evidence: frozenset[str], k: int = 10) -> float:
-    dcg = sum(1 / math.log2(i + 2) for i, d in enumerate(ranked[:k]) if d in evidence)
+    """Binary NDCG@k; an evidence turn counts at its first place only (in the burst
+    form several of the returned pieces can be the same turn)."""
+    first = {d: i for i, d in reversed(list(enumerate(ranked[:k])))}
+    dcg = sum(1 / math.log2(i + 2) for d, i in first.items() if d in evidence)
     ideal = sum(1 / math.log2(i + 2) for i in range(min(len(evidence), k)))
     return dcg / ideal
 
@@ -325,7 +378,7 @@ async def ask_all(
         body = r.json()
         if body["mode"] != mode:
             raise RuntimeError(f"asked for {mode}, the service ran {body['mode']}")
-        ranked = [h["external_message_id"] for h in body["results"]]
+        ranked = [turn_of(h["external_message_id"]) for h in body["results"]]
         done += 1
         progress.update(done)
         return half[conv.sample_id], q.category, score(ranked, q.evidence), elapsed
@@ -413,32 +466,51 @@ def report_halves(results: dict[str, dict[str, Any]]) -> str:
 
 
 async def run(
-    path: Path, modes: list[str], *, reuse: bool, conversations: int | None = None
+    path: Path,
+    modes: list[str],
+    *,
+    reuse: bool,
+    conversations: int | None = None,
+    forms: tuple[str, ...] = ("plain",),
 ) -> dict[str, Any]:
+    """Load and ask each form (``plain``: LoCoMo's turns; ``bursts``: each turn split
+    into a burst of its sentences) as users of their own, in one stack."""
     every = load(path)
     half = halves(every)
-    convs = pick(every, conversations, half)
+    plain = pick(every, conversations, half)
+    by_form = {"plain": plain, "bursts": [bursts(c) for c in plain]}
+    out: dict[str, Any] = {}
     with stack() as (settings, where):
         print(f"using the {where}", file=sys.stderr)
         assert settings.database_url is not None
-        pool = await create_pool(settings.database_url.get_secret_value(), max_size=4)
-        try:
-            loading = await load_turns(pool, settings, convs, reuse=reuse)
-            keys = {}
-            for c in convs:
-                _, keys[c.user_id] = await create_key(pool, user_id=c.user_id)
-        finally:
-            await pool.close()
         base = f"http://127.0.0.1:{settings.query_port}"
-        results = {m: summarise(await ask_all(base, keys, convs, m, half)) for m in modes}
+        for form in forms:
+            convs = by_form[form]
+            pool = await create_pool(settings.database_url.get_secret_value(), max_size=4)
+            try:
+                loading = await load_turns(pool, settings, convs, reuse=reuse)
+                keys = {}
+                for c in convs:
+                    _, keys[c.user_id] = await create_key(pool, user_id=c.user_id)
+            finally:
+                await pool.close()
+            results = {m: summarise(await ask_all(base, keys, convs, m, half)) for m in modes}
+            out[form] = {
+                "turns": sum(len(c.turns) for c in convs),
+                "loading": loading,
+                "results": results,
+            }
+    first = out[forms[0]]
     return {
         "dataset": str(path),
         "stack": where,
-        "conversations": len(convs),
-        "turns": sum(len(c.turns) for c in convs),
-        "questions": sum(len(c.questions) for c in convs),
-        "loading": loading,
-        "results": results,
+        "form": forms[0],
+        "conversations": len(plain),
+        "turns": first["turns"],
+        "questions": sum(len(c.questions) for c in plain),
+        "loading": first["loading"],
+        "results": first["results"],
+        "forms": out,
         "references": dict(REFERENCES),
         "note": "2-core machine shared with other engineers' work while measured",
     }
@@ -458,8 +530,19 @@ def main() -> None:
     parser.add_argument(
         "--conversations", type=int, default=None, help="only N (taken evenly from both halves)"
     )
-    parser.add_argument("--name", default="locomo", help="bench/results/<name>.json")
+    parser.add_argument(
+        "--forms",
+        default="plain",
+        help="comma-separated: plain (LoCoMo's turns) and/or bursts (each turn split into "
+        "its sentences, sent as a burst of one speaker's messages)",
+    )
+    parser.add_argument("--bursts", action="store_true", help="the same as --forms bursts")
+    parser.add_argument("--name", default=None, help="bench/results/<name>.json")
     args = parser.parse_args()
+    forms = ("bursts",) if args.bursts else tuple(args.forms.split(","))
+    if not forms or any(f not in ("plain", "bursts") for f in forms):
+        parser.error("--forms takes plain and/or bursts")
+    name = args.name or "locomo" + "".join(f"-{f}" for f in forms if f != "plain")
     if not args.locomo.exists():
         parser.error(f"{args.locomo} not found (LoCoMo's locomo10.json)")
     result = asyncio.run(
@@ -468,19 +551,22 @@ def main() -> None:
             args.modes.split(","),
             reuse=args.reuse,
             conversations=args.conversations,
+            forms=forms,
         )
     )
-    print()
-    print(report(result["results"]))
-    print("\ntuning half (first five sample_ids) and check half (the last five):\n")
-    print(report_halves(result["results"]))
-    if not result["loading"].get("reused"):
-        lo = result["loading"]
-        print(
-            f"\ningest + embed of {lo['turns']:,} turns: {lo['ingest_and_embed_s']} s "
-            f"({lo['turns_per_s']} turns/s; all stored after {lo['stored_s']} s)"
-        )
-    print(f"\nwritten to {write_result(args.name, result)}")
+    for form in forms:
+        part = result["forms"][form]
+        print(f"\n{form} form ({part['turns']:,} turns):\n")
+        print(report(part["results"]))
+        print("\ntuning half (first five sample_ids) and check half (the last five):\n")
+        print(report_halves(part["results"]))
+        if not part["loading"].get("reused"):
+            lo = part["loading"]
+            print(
+                f"\ningest + embed of {lo['turns']:,} turns: {lo['ingest_and_embed_s']} s "
+                f"({lo['turns_per_s']} turns/s; all stored after {lo['stored_s']} s)"
+            )
+    print(f"\nwritten to {write_result(name, result)}")
 
 
 if __name__ == "__main__":
