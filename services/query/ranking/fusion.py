@@ -72,6 +72,16 @@ class RankSpec:
     answer_share: float = 0.0
     short: float = 0.0
     full_length: int = 20
+    # bursts: consecutive turns of one speaker, each at most ``burst_gap_s`` after the
+    # one before, are one unit for the turn rules: neighbours are counted in such
+    # units (the turn 1 unit away is the other speaker's reply), a turn gains
+    # ``burst_share`` of the best turn of its own burst, and a question's answer is
+    # the next unit; 0 = every turn is its own unit
+    speaker_lift: float = 0.0
+    burst_gap_s: float = 0.0
+    burst_share: float = 0.0
+    # how many turns are read on each side of a candidate (at least one per share)
+    reach: int = 0
 
     def k(self, limit: int) -> int:
         """How many candidates each signal brings for ``limit`` hits."""
@@ -84,6 +94,11 @@ class RankSpec:
     @property
     def reads_turns(self) -> bool:
         return bool(self.neighbours) or self.date_lift > 0 or self.short > 0
+
+    @property
+    def turns_read(self) -> int:
+        """Turns read on each side of a candidate."""
+        return max(self.reach, len(self.neighbours))
 
 
 @dataclass
@@ -101,8 +116,15 @@ class Candidate(Generic[K]):
     asks: bool = False
     length: int = 0
     in_period: bool = False
+    named: bool = False  # the query names the turn's speaker
     before: tuple[K, ...] = ()
     after: tuple[K, ...] = ()
+    # who wrote the turn and its neighbours, and when (for bursts)
+    speaker: str | None = None
+    before_speakers: tuple[str | None, ...] = ()
+    after_speakers: tuple[str | None, ...] = ()
+    before_at: tuple[datetime, ...] = ()
+    after_at: tuple[datetime, ...] = ()
     score: float = 0.0
     similarity: float | None = None
     found: bool = True  # False: a turn reached only as a neighbour
@@ -193,33 +215,77 @@ def fuse(
     return cands
 
 
+def _units(
+    spec: RankSpec,
+    c: Candidate[K],
+    ids: tuple[K, ...],
+    speakers: tuple[str | None, ...],
+    ats: tuple[datetime, ...],
+) -> list[tuple[K, int]]:
+    """The turns on one side of ``c`` with how many units away each is (0: in
+    ``c``'s own burst), as far as the last neighbour share reaches."""
+    out: list[tuple[K, int]] = []
+    if not spec.burst_gap_s or c.speaker is None or len(speakers) != len(ids):
+        return [(n, d) for d, n in enumerate(ids[: len(spec.neighbours)], 1)]
+    unit = 0
+    who: str | None = c.speaker
+    at: datetime | None = c.occurred_at
+    times: tuple[datetime | None, ...] = ats if len(ats) == len(ids) else (None,) * len(ids)
+    for n, s, t in zip(ids, speakers, times, strict=True):
+        near = at is None or t is None or abs((t - at).total_seconds()) <= spec.burst_gap_s
+        if s != who or not near:
+            unit += 1
+        if unit > len(spec.neighbours):
+            break
+        out.append((n, unit))
+        who, at = s, t
+    return out
+
+
+def answer_of(spec: RankSpec, c: Candidate[K]) -> tuple[K, ...]:
+    """The turns that answer ``c`` if it asks a question: the one right after it, or
+    under bursts the next unit's turns (another speaker's reply)."""
+    if not c.asks or not c.after:
+        return ()
+    if not spec.burst_gap_s:
+        return (c.after[0],)
+    return tuple(n for n, d in _units(spec, c, c.after, c.after_speakers, c.after_at) if d == 1)
+
+
 def _in_conversation(
     spec: RankSpec, cands: list[Candidate[K]], periods: bool
 ) -> list[Candidate[K]]:
     """Fused's turn rules: lift a turn in a named period, scale down a short one, let
     a question keep part of its score, and give every turn a share of the best
-    turn 1, 2, ... places before or after it (the turn right after a question
-    gains ``answer_share``); divided by the largest score a turn could reach."""
+    turn 1, 2, ... places (or bursts) before or after it and of its own burst's
+    best (the turns answering a question gain ``answer_share``); divided by the
+    largest score a turn could reach."""
     lifted: dict[K, float] = {}
     for c in cands:
         base = c.score + (spec.date_lift if c.in_period else 0.0)
+        base += spec.speaker_lift if c.named else 0.0
         scale = 1.0 - spec.short + spec.short * min(1.0, c.length / spec.full_length)
         lifted[c.id] = base * scale
     own = {c.id: (spec.question_keeps if c.asks else 1.0) * lifted[c.id] for c in cands}
+    shares = (spec.burst_share, *spec.neighbours)
     best_near: dict[tuple[K, int], float] = {}
     for c in cands:
-        for dist, n in enumerate(c.before[: len(spec.neighbours)], 1):
-            part = spec.neighbours[dist - 1] * lifted[c.id]
-            best_near[(n, dist)] = max(best_near.get((n, dist), part), part)
-        for dist, n in enumerate(c.after[: len(spec.neighbours)], 1):
-            share = spec.neighbours[dist - 1]
-            if dist == 1 and c.asks:
-                share = max(spec.answer_share, share)
-            part = share * lifted[c.id]
-            best_near[(n, dist)] = max(best_near.get((n, dist), part), part)
+        answers = set(answer_of(spec, c)) if spec.answer_share > 0 else set()
+        for ids, who, ats in (
+            (c.before, c.before_speakers, c.before_at),
+            (c.after, c.after_speakers, c.after_at),
+        ):
+            for n, dist in _units(spec, c, ids, who, ats):
+                share = shares[dist]
+                if n in answers:
+                    share = max(spec.answer_share, share)
+                part = share * lifted[c.id]
+                best_near[(n, dist)] = max(best_near.get((n, dist), part), part)
     top = 1.0 + (spec.date_lift if periods else 0.0) + sum(spec.neighbours)
     if spec.neighbours:
         top += max(spec.answer_share - spec.neighbours[0], 0.0)
+    if spec.burst_gap_s:
+        top += spec.burst_share
     total: dict[K, float] = dict(own)
     for (n, _), part in best_near.items():
         total[n] = total.get(n, 0.0) + part

@@ -31,7 +31,7 @@ from typing import Any
 import asyncpg
 
 from services.query.periods import periods
-from services.query.ranking.fusion import Candidate, RankSpec, fuse, ranked
+from services.query.ranking.fusion import Candidate, RankSpec, answer_of, fuse, ranked
 from services.query.ranking.specs import MESSAGE_MODES, MessageMode
 from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.db import Executor
@@ -137,8 +137,9 @@ semantic AS MATERIALIZED (
 _NEAR = """
 LEFT JOIN LATERAL (
     SELECT array_agg(n.id ORDER BY n.occurred_at {desc}, n.id {desc}) AS ids,
-           array_agg(n.occurred_at ORDER BY n.occurred_at {desc}, n.id {desc}) AS ats
-    FROM (SELECT m.id, m.occurred_at FROM messages m
+           array_agg(n.occurred_at ORDER BY n.occurred_at {desc}, n.id {desc}) AS ats,
+           array_agg(n.who ORDER BY n.occurred_at {desc}, n.id {desc}) AS whos
+    FROM (SELECT m.id, m.occurred_at, {who} AS who FROM messages m
           WHERE m.episode_id = t.episode_id AND m.user_id = $1
             AND (m.occurred_at, m.id) {cmp} (t.occurred_at, t.id) {filters}
           ORDER BY m.occurred_at {desc}, m.id {desc}
@@ -159,12 +160,15 @@ candidates AS (
     GROUP BY id
 )
 SELECT c.*, t.occurred_at, t.content ~ '\\?\\s*$' AS asks, length(t.fts) AS len,
+       {t_who} AS who,
+       coalesce(to_tsvector('english', coalesce(t.display_name, '')) @@ q.tsq, false) AS named,
        CASE WHEN $3::vector IS NOT NULL AND t.embedding_state = 'ready'
             THEN 1 - (t.embedding <=> $3::vector) END AS cos,
        EXISTS (SELECT 1 FROM unnest($10::timestamptz[], $11::timestamptz[]) AS p(lo, hi)
                WHERE t.occurred_at >= p.lo AND t.occurred_at < p.hi) AS in_period,
-       bef.ids AS before_ids, bef.ats AS before_ats, aft.ids AS after_ids, aft.ats AS after_ats
-FROM candidates c JOIN messages t ON t.id = c.id AND t.user_id = $1
+       bef.ids AS before_ids, bef.ats AS before_ats, bef.whos AS before_whos,
+       aft.ids AS after_ids, aft.ats AS after_ats, aft.whos AS after_whos
+FROM candidates c JOIN messages t ON t.id = c.id AND t.user_id = $1 CROSS JOIN q
 {before}
 {after}
 """
@@ -176,13 +180,19 @@ FROM messages m WHERE m.user_id = $1 AND m.id = ANY($2::bigint[])
 """
 
 
+# A turn's speaker, for bursts: its role and display name.
+_WHO = "{t}.role || ':' || coalesce({t}.display_name, '')"
+
+
 def _statement(lexical: str, semantic: str, dim: int = 0) -> str:
+    near = {"filters": _FILTERS, "who": _WHO.format(t="m")}
     return CANDIDATES.format(
         tsq=or_tsquery("$2"),
         lexical=_LEXICAL[lexical].format(filters=_FILTERS),
         semantic=semantic.format(filters=_FILTERS, dim=dim),
-        before=_NEAR.format(desc="DESC", cmp="<", filters=_FILTERS, name="bef"),
-        after=_NEAR.format(desc="", cmp=">", filters=_FILTERS, name="aft"),
+        t_who=_WHO.format(t="t"),
+        before=_NEAR.format(desc="DESC", cmp="<", name="bef", **near),
+        after=_NEAR.format(desc="", cmp=">", name="aft", **near),
     )
 
 
@@ -323,7 +333,7 @@ async def rank_turns(
         since,
         until,
         spec.k(limit),
-        len(spec.neighbours),
+        spec.turns_read,
         [lo for lo, _ in named],
         [hi for _, hi in named],
     ]
@@ -333,13 +343,32 @@ async def rank_turns(
             rows = await _candidates(c, user_id, lexical, args, spec)
     else:
         rows = await _candidates(conn, user_id, lexical, args, spec)
+    best, answers = score_rows(spec, rows, limit, periods=bool(named), found_only=found_only)
+    if not best:
+        return []
+    if isinstance(conn, asyncpg.Pool):
+        found = await conn.fetch(ROWS, user_id, [c.id for c in best])
+    else:
+        found = await conn.fetch(ROWS, user_id, [c.id for c in best])
+    by_id = {r["id"]: r for r in found}
+    cos = {int(r["id"]): float(r["cos"]) for r in rows if r["cos"] is not None}
+    return [_hit(by_id[c.id], c, cos.get(c.id), c.id in answers) for c in best if c.id in by_id]
+
+
+def score_rows(
+    spec: RankSpec,
+    rows: list[Any],
+    limit: int,
+    *,
+    periods: bool = False,
+    found_only: bool = False,
+) -> tuple[list[Candidate[int]], set[int]]:
+    """The ``limit`` best of the candidate rows under ``spec`` (the statement's rows,
+    ``periods``: the query names one), and the ids of turns answering a found question."""
     cands: list[Candidate[int]] = []
     at: dict[int, datetime] = {}
-    cos: dict[int, float] = {}
     for r in rows:
         at[r["id"]] = r["occurred_at"]
-        if r["cos"] is not None:
-            cos[r["id"]] = float(r["cos"])
         for ids, ats in ((r["before_ids"], r["before_ats"]), (r["after_ids"], r["after_ats"])):
             at.update(zip(ids or (), ats or (), strict=True))
         cands.append(
@@ -353,23 +382,22 @@ async def rank_turns(
                 asks=bool(r["asks"]),
                 length=int(r["len"]),
                 in_period=bool(r["in_period"]),
+                named=bool(r["named"]),
                 before=tuple(r["before_ids"] or ()),
                 after=tuple(r["after_ids"] or ()),
+                speaker=r["who"],
+                before_speakers=tuple(r["before_whos"] or ()),
+                after_speakers=tuple(r["after_whos"] or ()),
+                before_at=tuple(r["before_ats"] or ()),
+                after_at=tuple(r["after_ats"] or ()),
             )
         )
-    scored = fuse(spec, cands, periods=bool(named))
-    answers = {c.after[0] for c in scored if c.found and c.asks and c.after}
+    scored = fuse(spec, cands, periods=periods)
+    answers = {n for c in scored if c.found for n in answer_of(spec, c)}
     if found_only:
         scored = [c for c in scored if c.found or c.id in answers]
     best = ranked(spec, scored, limit, tie=lambda c: (-at[c.id].timestamp(), c.id))
-    if not best:
-        return []
-    if isinstance(conn, asyncpg.Pool):
-        found = await conn.fetch(ROWS, user_id, [c.id for c in best])
-    else:
-        found = await conn.fetch(ROWS, user_id, [c.id for c in best])
-    by_id = {r["id"]: r for r in found}
-    return [_hit(by_id[c.id], c, cos.get(c.id), c.id in answers) for c in best if c.id in by_id]
+    return best, answers
 
 
 async def _candidates(
