@@ -306,7 +306,9 @@ async def test_neighbours_respect_the_filters_and_the_user(make_settings, pool, 
         user_id,
         [
             T("what about the pottery class?", Q, at=t0),
-            T("it starts next week", at=t0 + timedelta(minutes=1)),  # no vector: a neighbour
+            # no vector: a neighbour; the other speaker's (a message of the asker's
+            # own a minute later would be the same burst, not the answer)
+            T("it starts next week", speaker="Bob", role="assistant", at=t0 + timedelta(minutes=1)),
         ],
     )
     other = f"user-{uuid.uuid4().hex[:12]}"

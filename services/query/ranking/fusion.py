@@ -19,8 +19,9 @@ second formula:
   scores in [0, 1]), or reciprocal-rank fusion ``Σ w / (60 + position)``;
 - ``other_user_factor``: Nous's current-user boost (others' scores times it);
 - ``relative_floor``: hits scoring below that share of the best are dropped;
-- the turn rules (``neighbours``, ``date_lift``, ``question_keeps``,
-  ``answer_share``, ``short``): read a turn in its conversation (``context``).
+- the turn rules (``neighbours``, ``date_lift``, ``speaker_lift``,
+  ``question_keeps``, ``answer_share``, ``short``, bursts): read a turn in its
+  conversation (``_in_conversation``).
 """
 
 from __future__ import annotations
@@ -77,9 +78,12 @@ class RankSpec:
     # units (the turn 1 unit away is the other speaker's reply), a turn gains
     # ``burst_share`` of the best turn of its own burst, and a question's answer is
     # the next unit; 0 = every turn is its own unit
+    # the lift of a turn whose speaker's name is one of the query's words
     speaker_lift: float = 0.0
     burst_gap_s: float = 0.0
     burst_share: float = 0.0
+    # the short-turn rule reads the length of the turn's whole burst
+    burst_length: bool = False
     # how many turns are read on each side of a candidate (at least one per share)
     reach: int = 0
 
@@ -125,6 +129,8 @@ class Candidate(Generic[K]):
     after_speakers: tuple[str | None, ...] = ()
     before_at: tuple[datetime, ...] = ()
     after_at: tuple[datetime, ...] = ()
+    before_lengths: tuple[int, ...] = ()
+    after_lengths: tuple[int, ...] = ()
     score: float = 0.0
     similarity: float | None = None
     found: bool = True  # False: a turn reached only as a neighbour
@@ -242,14 +248,37 @@ def _units(
     return out
 
 
+def _burst_length(spec: RankSpec, c: Candidate[K]) -> int:
+    """The lengths of the other turns of ``c``'s burst."""
+    out = 0
+    for ids, who, ats, lengths in (
+        (c.before, c.before_speakers, c.before_at, c.before_lengths),
+        (c.after, c.after_speakers, c.after_at, c.after_lengths),
+    ):
+        of = dict(zip(ids, lengths, strict=False))
+        out += sum(of.get(n, 0) for n, d in _units(spec, c, ids, who, ats) if d == 0)
+    return out
+
+
 def answer_of(spec: RankSpec, c: Candidate[K]) -> tuple[K, ...]:
     """The turns that answer ``c`` if it asks a question: the one right after it, or
-    under bursts the next unit's turns (another speaker's reply)."""
+    under bursts the first burst of another speaker after it (its reply), whatever
+    the asker wrote in between."""
     if not c.asks or not c.after:
         return ()
     if not spec.burst_gap_s:
         return (c.after[0],)
-    return tuple(n for n, d in _units(spec, c, c.after, c.after_speakers, c.after_at) if d == 1)
+    who = dict(zip(c.after, c.after_speakers, strict=False))
+    reply: int | None = None
+    out: list[K] = []
+    for n, d in _units(spec, c, c.after, c.after_speakers, c.after_at):
+        if reply is None and who.get(n) != c.speaker:
+            reply = d
+        if reply is not None:
+            if d != reply:
+                break
+            out.append(n)
+    return tuple(out)
 
 
 def _in_conversation(
@@ -264,7 +293,8 @@ def _in_conversation(
     for c in cands:
         base = c.score + (spec.date_lift if c.in_period else 0.0)
         base += spec.speaker_lift if c.named else 0.0
-        scale = 1.0 - spec.short + spec.short * min(1.0, c.length / spec.full_length)
+        length = c.length + (_burst_length(spec, c) if spec.burst_length else 0)
+        scale = 1.0 - spec.short + spec.short * min(1.0, length / spec.full_length)
         lifted[c.id] = base * scale
     own = {c.id: (spec.question_keeps if c.asks else 1.0) * lifted[c.id] for c in cands}
     shares = (spec.burst_share, *spec.neighbours)
@@ -281,7 +311,7 @@ def _in_conversation(
                     share = max(spec.answer_share, share)
                 part = share * lifted[c.id]
                 best_near[(n, dist)] = max(best_near.get((n, dist), part), part)
-    top = 1.0 + (spec.date_lift if periods else 0.0) + sum(spec.neighbours)
+    top = 1.0 + (spec.date_lift if periods else 0.0) + spec.speaker_lift + sum(spec.neighbours)
     if spec.neighbours:
         top += max(spec.answer_share - spec.neighbours[0], 0.0)
     if spec.burst_gap_s:

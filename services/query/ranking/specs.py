@@ -66,7 +66,9 @@ NOUS_EPISODES = RankSpec(
 MessageMode = Literal["fused", "hybrid", "rrf", "fts", "bm25", "semantic"]
 
 # the messages default: BM25 (speaker included) and cosine, min-max, 0.6 / 0.4, read
-# in the conversation (docs/retrieval.md has the measurements behind each rule)
+# in the conversation, a speaker's burst of messages (each within 5 minutes of the
+# last) counted as one unit, the turns of a speaker the query names lifted
+# (docs/retrieval.md has the measurements behind each rule)
 FUSED = RankSpec(
     "messages.fused",
     w_sem=0.4,
@@ -79,6 +81,9 @@ FUSED = RankSpec(
     answer_share=0.7,
     short=0.4,
     full_length=20,
+    burst_gap_s=300.0,
+    reach=8,
+    speaker_lift=0.2,
 )
 
 MESSAGE_MODES: dict[MessageMode, RankSpec] = {

@@ -138,8 +138,9 @@ _NEAR = """
 LEFT JOIN LATERAL (
     SELECT array_agg(n.id ORDER BY n.occurred_at {desc}, n.id {desc}) AS ids,
            array_agg(n.occurred_at ORDER BY n.occurred_at {desc}, n.id {desc}) AS ats,
-           array_agg(n.who ORDER BY n.occurred_at {desc}, n.id {desc}) AS whos
-    FROM (SELECT m.id, m.occurred_at, {who} AS who FROM messages m
+           array_agg(n.who ORDER BY n.occurred_at {desc}, n.id {desc}) AS whos,
+           array_agg(n.len ORDER BY n.occurred_at {desc}, n.id {desc}) AS lens
+    FROM (SELECT m.id, m.occurred_at, {who} AS who, length(m.fts) AS len FROM messages m
           WHERE m.episode_id = t.episode_id AND m.user_id = $1
             AND (m.occurred_at, m.id) {cmp} (t.occurred_at, t.id) {filters}
           ORDER BY m.occurred_at {desc}, m.id {desc}
@@ -167,7 +168,8 @@ SELECT c.*, t.occurred_at, t.content ~ '\\?\\s*$' AS asks, length(t.fts) AS len,
        EXISTS (SELECT 1 FROM unnest($10::timestamptz[], $11::timestamptz[]) AS p(lo, hi)
                WHERE t.occurred_at >= p.lo AND t.occurred_at < p.hi) AS in_period,
        bef.ids AS before_ids, bef.ats AS before_ats, bef.whos AS before_whos,
-       aft.ids AS after_ids, aft.ats AS after_ats, aft.whos AS after_whos
+       bef.lens AS before_lens, aft.ids AS after_ids, aft.ats AS after_ats,
+       aft.whos AS after_whos, aft.lens AS after_lens
 FROM candidates c JOIN messages t ON t.id = c.id AND t.user_id = $1 CROSS JOIN q
 {before}
 {after}
@@ -390,6 +392,8 @@ def score_rows(
                 after_speakers=tuple(r["after_whos"] or ()),
                 before_at=tuple(r["before_ats"] or ()),
                 after_at=tuple(r["after_ats"] or ()),
+                before_lengths=tuple(r["before_lens"] or ()),
+                after_lengths=tuple(r["after_lens"] or ()),
             )
         )
     scored = fuse(spec, cands, periods=periods)
