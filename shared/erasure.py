@@ -125,7 +125,4 @@ async def purge_streams(
 async def forget_entries(publisher: Publisher, stream: str, entry_ids: Sequence[str]) -> None:
     """Delete entries a writer dropped for an erased user, so their content does not
     linger in the stream until it is trimmed."""
-    if entry_ids:
-        # Publisher keeps its client private; this is the one other writer of streams.
-        redis: aioredis.Redis = publisher._redis  # noqa: SLF001
-        await redis.xdel(publisher._settings.stream(stream), *entry_ids)  # noqa: SLF001
+    await publisher.delete(stream, entry_ids)
