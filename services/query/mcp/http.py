@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 from services.query import toolbox
 from services.query.auth import acting_user, principal
 from services.query.mcp.server import ToolFailed, build_server
-from services.query.routes.tools import tool_context
+from services.query.routes.tool_calls import tool_context
 from shared.runtime import Runtime
 
 PATH = "/mcp"
@@ -60,7 +60,9 @@ class _KeyScoped:
         try:
             user_id = await acting_user(request, await principal(request))
         except HTTPException as exc:
-            code = {401: "unauthorized", 403: "forbidden"}.get(exc.status_code, "invalid_request")
+            code = {401: "unauthorized", 403: "forbidden", 410: "gone"}.get(
+                exc.status_code, "invalid_request"
+            )
             response = JSONResponse(
                 {"error": code, "detail": exc.detail},
                 status_code=exc.status_code,
