@@ -47,7 +47,8 @@ MEMORIES = [
 
 TURNS = [
     T("Where did you go hiking last summer?", unit(20, near=Q, noise=0.5)),
-    T("The Alps, with Ana and her dog", unit(21)),
+    # the other speaker's reply (a message of the asker's own would be their burst)
+    T("The Alps, with Ana and her dog", unit(21), speaker="Bob", role="assistant"),
     T("I like cooking pasta on Sundays", unit(22)),
     T("Planning a hiking trip for the whole group next year", unit(23)),
     T("Random note about taxes", unit(24)),

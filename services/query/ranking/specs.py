@@ -82,7 +82,7 @@ FUSED = RankSpec(
     short=0.4,
     full_length=20,
     burst_gap_s=300.0,
-    reach=8,
+    reach=12,
     speaker_lift=0.2,
 )
 
