@@ -31,14 +31,14 @@ from services.extractor.facts import FactResult, apply_plan, plan_facts
 from services.extractor.metrics import ExtractorMetrics
 from services.extractor.narrative import regenerate_user_summary
 from shared.errors import EngramError, InvalidModelOutput
-from shared.events import EmbedRequested, EmbedTarget, ExtractRequested, MemoryChanged
+from shared.events import BatchResult, EmbedRequested, EmbedTarget, ExtractRequested, MemoryChanged
 from shared.llm.jobs import Extractor
 from shared.llm.offline import summarize as offline_summary
 from shared.llm.schemas import EpisodeSummary
 from shared.llm.transcript import Transcript, from_messages
 from shared.memory.secrets import redact
 from shared.memory.vectors import TextEmbedder
-from shared.streams import Delivery, Publisher, Rejections
+from shared.streams import Publisher
 
 log = logging.getLogger(__name__)
 
@@ -138,25 +138,24 @@ def _redacted(s: EpisodeSummary) -> EpisodeSummary:
     )
 
 
-async def handle_requests(
-    x: Extraction, deliveries: Sequence[Delivery[ExtractRequested]]
-) -> Rejections:
-    """Extract each requested episode in turn; refuse requests naming no such episode."""
-    rejected: Rejections = {}
+async def handle_requests(x: Extraction, requests: Sequence[ExtractRequested]) -> BatchResult:
+    """Extract each requested episode in turn; refuse requests naming no such episode
+    (by their position in ``requests``)."""
+    result = BatchResult()
     done: set[uuid.UUID] = set()
-    for d in deliveries:
-        if d.event.episode_id in done:
+    for i, request in enumerate(requests):
+        if request.episode_id in done:
             x.count("episodes", "duplicate")
             continue
         try:
-            outcome = await extract_episode(x, d.event)
+            outcome = await extract_episode(x, request)
         except EpisodeNotFound as exc:
-            rejected[d.entry_id] = str(exc)
+            result.refused[i] = str(exc)
             x.count("episodes", "rejected")
             continue
-        done.add(d.event.episode_id)
+        done.add(request.episode_id)
         x.count("episodes", outcome)
-    return rejected
+    return result
 
 
 async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
