@@ -22,20 +22,20 @@ class RecallIn(BaseModel):
 
 
 async def recall(
-    state: QueryState, pool: asyncpg.Pool, *, user_id: str, body: RecallIn
+    state: QueryState, pool: asyncpg.Pool, *, user_id: str, query: str, limit: int = 10
 ) -> dict[str, Any]:
     """The user's episodes, best first, each with its user tag line
     (``[Tim] Checked weather for Silver Spring, MD``)."""
     vector = None
-    if body.query.strip() not in ("", "*"):
-        vector = await state.query_vector(pool, user_id=user_id, text=body.query)
+    if query.strip() not in ("", "*"):
+        vector = await state.query_vector(pool, user_id=user_id, text=query)
     hits = await recall_episodes(
         pool,
-        query=body.query,
+        query=query,
         current_user_id=user_id,
         visible_users=[user_id],
         query_vector=vector,
-        limit=body.limit,
+        limit=limit,
     )
     return {
         "episodes": [h.as_dict() for h in hits],
