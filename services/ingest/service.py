@@ -411,7 +411,7 @@ async def _plan_episodes(
                     named_span.open, named_span.cap = False, named.closed_at
                     plan.used_closes.add(named.event_id)
                 plan.new_episodes[ev.episode_id] = _NewEpisode(
-                    ev.user_id, ev.display_name, ev.provider, ev.chat_id, named_span
+                    ev.user_id, _user_name(ev), ev.provider, ev.chat_id, named_span
                 )
                 owners[ev.episode_id] = ev.user_id
             elif owner is not None and owner != ev.user_id:
@@ -420,6 +420,7 @@ async def _plan_episodes(
                 )
                 continue
             plan.episode_of[d.pos] = ev.episode_id
+            _name_new_episode(plan, ev.episode_id, ev)
             continue
         key = (ev.user_id, ev.provider, ev.chat_id)
         span = await _span_for(conn, key, spans[key], ev.occurred_at, stale_window)
@@ -442,11 +443,26 @@ async def _plan_episodes(
                 span.open, span.cap = False, kept_close.closed_at
             spans[key].append(span)
             plan.new_episodes[span.id] = _NewEpisode(
-                ev.user_id, ev.display_name, ev.provider, ev.chat_id, span
+                ev.user_id, _user_name(ev), ev.provider, ev.chat_id, span
             )
         span.add(ev.occurred_at)
         plan.episode_of[d.pos] = span.id
+        _name_new_episode(plan, span.id, ev)
     return plan
+
+
+def _user_name(ev: TurnReceived) -> str | None:
+    """The user's display name a turn carries: only a user turn's (an assistant's or
+    another participant's turn names its own speaker, not the user)."""
+    return ev.display_name if ev.role == "user" else None
+
+
+def _name_new_episode(plan: _Plan, episode: uuid.UUID, ev: TurnReceived) -> None:
+    """A new episode opened by a turn that was not the user's takes the name of the
+    first user turn of the batch in it (else it stays unnamed: the user's own name)."""
+    new = plan.new_episodes.get(episode)
+    if new is not None and new.display_name is None:
+        new.display_name = _user_name(ev)
 
 
 async def _span_for(

@@ -1,4 +1,4 @@
-"""Episode recall (Nous): one user's episodes by summary, key points and topics.
+"""Episode recall (Nous): one user's episodes by summary, key points, topics and turns.
 
 ``POST /v1/episodes/search`` and the ``episode_recall`` tool both call :func:`recall`.
 """
@@ -17,7 +17,10 @@ from services.query.state import QueryState
 class RecallIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(max_length=2000, description="words to find in summaries; '*' = newest")
+    query: str = Field(
+        max_length=2000,
+        description="what to find in the episodes' summaries and turns; '*' = newest",
+    )
     limit: int = Field(default=10, ge=1, le=50, description="results, 1-50")
 
 
