@@ -36,7 +36,6 @@ SHORT = ["hi", "ok", "thanks!", ""]
 NO_NETWORK = """
 import socket, sys
 from pathlib import Path
-from typing import Any
 def refuse(*args, **kwargs):
     raise OSError("network access during the export")
 socket.socket.connect = refuse
