@@ -78,7 +78,7 @@ bench-context-quality: $(STAMP)
 bench-browser: $(STAMP)
 	$(BIN)/python -m bench.browser
 
-# engram beside mem0 through ../shared/peers (its own venv, built once in a scratch dir).
+# engram beside mem0 through ../shared/peers (its own venv, built once in ../peers-venv).
 PEERS ?= ../shared/peers
 bench-peers: $(STAMP)
 	$(BIN)/python -m bench.peers --harness $(PEERS) --locomo $(LOCOMO)

@@ -26,18 +26,16 @@ from pydantic import SecretStr
 from engram_cli.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from shared.db import connect
 from shared.migrate import migrate
-from shared.settings import CommonSettings
+from shared.settings import CommonSettings, default_shared_buffers
 
 RESULTS = Path(__file__).parent / "results"
 
 
 def bench_postgres(data_dir: Path) -> EmbeddedPostgres:
-    """A throwaway embedded PostgreSQL configured like ``make run``'s."""
-    return EmbeddedPostgres(
-        data_dir,
-        delete_on_exit=True,
-        config={"shared_buffers": CommonSettings().embedded_pg_shared_buffers},
-    )
+    """A throwaway embedded PostgreSQL configured like ``make run``'s once it holds what
+    the benches load (up to a million items: buffers a quarter of RAM)."""
+    buffers = CommonSettings().embedded_pg_shared_buffers or default_shared_buffers()
+    return EmbeddedPostgres(data_dir, delete_on_exit=True, config={"shared_buffers": buffers})
 
 
 def share_model_cache(data_dir: Path) -> None:

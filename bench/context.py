@@ -46,7 +46,7 @@ from pydantic import SecretStr
 from bench.common import bench_postgres
 from engram_cli.embedded import EmbeddedRedis, free_port
 from services.query.context.auto import assemble_auto
-from services.query.context.models import ContextIn
+from services.query.context.command import ContextQuery
 from services.query.recall import embed_query
 from shared.db import connect, create_pool
 from shared.embeddings import vector_index
@@ -333,7 +333,7 @@ async def measure(
     pool = await create_pool(url, max_size=4)
     for q in asks[:10]:  # warm up: model, plans, caches
         qv = await embed_query(model, q, dim=384)
-        await assemble_auto(pool, user_id, ContextIn(message=q), qv)
+        await assemble_auto(pool, user_id, ContextQuery(message=q), qv)
 
     embed_ms: list[float] = []
     assemble_ms: list[float] = []
@@ -343,7 +343,7 @@ async def measure(
         t0 = time.perf_counter()
         qv = await embed_query(model, q, dim=384)
         t1 = time.perf_counter()
-        out = await assemble_auto(pool, user_id, ContextIn(message=q), qv)
+        out = await assemble_auto(pool, user_id, ContextQuery(message=q), qv)
         t2 = time.perf_counter()
         embed_ms.append((t1 - t0) * 1000)
         assemble_ms.append((t2 - t1) * 1000)

@@ -55,7 +55,7 @@ from shared.embeddings.local import LocalEmbedder
 from shared.events import ExtractRequested, TurnReceived
 from shared.llm.offline import OfflineExtractor
 from shared.settings import CommonSettings
-from shared.streams import Delivery, Publisher
+from shared.streams import Publisher
 
 MATCH = 0.65
 MIN_TURNS = 3  # a session with fewer turns is not "substantive" (Nous F010.1)
@@ -229,11 +229,8 @@ async def _learn(
     try:
         for conv in convs:
             events = turn_events(conv)
-            deliveries = [Delivery(entry_id=f"{i}-0", event=e) for i, e in enumerate(events)]
-            rejected = await store_turns(
-                pool, publisher, deliveries, stale_window=timedelta(minutes=30)
-            )
-            assert not rejected, rejected
+            stored = await store_turns(pool, publisher, events, stale_window=timedelta(minutes=30))
+            assert not stored.refused, stored.refused
             episodes = await pool.fetch(
                 "SELECT id FROM episodes WHERE user_id = $1 ORDER BY started_at",
                 conv.user_id,

@@ -5,11 +5,12 @@
     make bench-peers
 
 The harness (``peer_bench.py`` with ``engram_system.py``; see its README) is
-copied to a scratch directory outside the repository (default
-``$TMPDIR/engram-peers``), where its ``setup.sh`` builds its own venv with mem0
-the first time. It then runs mem0 (in process, pgvector store) and engram (this
-checkout, or ``--repo``, through ``engram run`` on ports 9800-9803 and its HTTP
-API) one after the other on the same LoCoMo-derived workload, and this script
+copied to a scratch directory outside the repository (default ``../peers-venv``
+beside the checkout, e.g. /work/peers-venv), where its ``setup.sh`` builds its
+own venv with mem0 the first time (a few minutes; later runs reuse it). It then
+runs mem0 (in process, pgvector store) and engram (this checkout, or ``--repo``,
+through ``engram run`` on ports 9800-9803 and its HTTP API) one after the other
+on the same LoCoMo-derived workload, and this script
 writes both systems' figures side by side to bench/results/peers.json (the
 harness's full result is kept under ``harness``) and prints the table.
 """
@@ -22,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +145,10 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--repeat", type=int, default=1, help="ABBA repeats")
     parser.add_argument(
-        "--scratch", type=Path, default=Path(tempfile.gettempdir()) / "engram-peers"
+        "--scratch",
+        type=Path,
+        default=ROOT.parent / "peers-venv",
+        help="where the harness and its venv live (outside the repository)",
     )
     parser.add_argument("--repo", type=Path, default=ROOT, help="the engram checkout to run")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -204,6 +207,11 @@ def main() -> None:
         # exit status 1 = a system failed; its error is in the result, reported below
         subprocess.run(cmd, cwd=scratch, env=env)
     harness = json.loads(out.read_text())
+    ran = harness.get("meta", {}).get("argv", [])  # what the run was given (--report-only)
+
+    def given(flag: str, default: int) -> int:
+        return int(ran[ran.index(flag) + 1]) if flag in ran[:-1] else default
+
     systems = {
         name: {"error": s["error"]} if "error" in s else figures(s)
         for name, s in harness["systems"].items()
@@ -214,9 +222,9 @@ def main() -> None:
             ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
         ).stdout.strip(),
         "engram_env": options["env"] if options else {},
-        "n": args.n,
-        "queries": args.queries,
-        "repeat": args.repeat,
+        "n": given("--n", args.n),
+        "queries": given("--queries", args.queries),
+        "repeat": given("--repeat", args.repeat),
         "systems": systems,
         "targets": targets(systems["mem0"], next(v for k, v in systems.items() if k != "mem0")),
         "harness": harness,

@@ -52,6 +52,18 @@ def detached() -> None:
         pass
 
 
+def database_bytes(pgdata: Path) -> int:
+    """The size of the databases under a PostgreSQL data directory (0 before initdb)."""
+    total = 0
+    for root, _dirs, files in os.walk(pgdata / "base"):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except OSError:
+                pass  # a file dropped while walking
+    return total
+
+
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -23,6 +23,7 @@ import httpx
 from engram_cli.embedded import (
     EmbeddedPostgres,
     EmbeddedRedis,
+    database_bytes,
     detached,
     port_is_free,
     stack_file,
@@ -30,7 +31,7 @@ from engram_cli.embedded import (
 )
 from shared.errors import ConfigError, InfrastructureError
 from shared.migrate import apply
-from shared.settings import CommonSettings
+from shared.settings import CommonSettings, shared_buffers_for
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +54,14 @@ class Stack:
         s.data_dir.mkdir(parents=True, exist_ok=True)
         if s.database_url is None:
             started = time.monotonic()
-            self.postgres = EmbeddedPostgres(
-                s.data_dir / "postgres", config={"shared_buffers": s.embedded_pg_shared_buffers}
-            )
+            pgdata = s.data_dir / "postgres"
+            buffers = s.embedded_pg_shared_buffers or shared_buffers_for(database_bytes(pgdata))
+            self.postgres = EmbeddedPostgres(pgdata, config={"shared_buffers": buffers})
             self.database_url = self.postgres.start()
             line(
                 "PostgreSQL",
                 f"embedded, ready in {time.monotonic() - started:.1f} s "
-                f"({s.data_dir / 'postgres'})",
+                f"({pgdata}, shared_buffers {buffers})",
             )
         else:
             self.database_url = s.database_url.get_secret_value()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -29,7 +29,6 @@ import redis.asyncio as aioredis
 from shared.db import Executor, audit
 from shared.errors import NotFound, UserErased
 from shared.settings import CommonSettings
-from shared.streams import Publisher
 
 # An event's JSON: ``event`` on every stream, ``payload`` on the dead-letter stream.
 EVENT_FIELDS = (b"event", b"payload")
@@ -150,9 +149,3 @@ async def purge_streams(
         if doomed:
             removed[name.removeprefix(settings.stream_prefix)] = len(doomed)
     return removed
-
-
-async def forget_entries(publisher: Publisher, stream: str, entry_ids: Sequence[str]) -> None:
-    """Delete entries a writer dropped for an erased user, so their content does not
-    linger in the stream until it is trimmed."""
-    await publisher.delete(stream, entry_ids)

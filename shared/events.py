@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -213,6 +214,27 @@ EVENT_TYPES: dict[str, type[Event]] = {
     "extract.requested.v1": ExtractRequested,
     "memory.changed.v1": MemoryChanged,
 }
+
+
+@dataclass
+class BatchResult:
+    """What a consumer use case says about the events it was handed.
+
+    Each event is named by its position (0-based) in the sequence the use case
+    was given; an event not named here was handled. The use case knows nothing
+    of streams: the stream adapter (``shared.streams.StreamConsumer``) maps the
+    positions back to entry ids.
+
+    - ``refused``: refused for good, with the reason (e.g. a turn naming another
+      user's episode); the adapter dead-letters them at once;
+    - ``dropped``: events of an erased user, not stored (``shared.erasure``); the
+      adapter deletes them from the stream so their content does not linger.
+
+    A failure that is not about one event is raised, not reported: the
+    consumer's ``FailurePolicy`` decides what happens to the batch."""
+
+    refused: dict[int, str] = field(default_factory=dict)
+    dropped: set[int] = field(default_factory=set)
 
 
 def unknown_fields(obj: dict[str, Any]) -> list[str]:

@@ -4,8 +4,9 @@ Contract of a stream entry: one field, ``event``, holding an event's JSON
 (see ``shared.events``). Delivery is at-least-once:
 
 - a normal FastStream reader (consumer group, batched XREADGROUP) hands a batch
-  to the use case; entries are acknowledged only after the use case returns,
-  i.e. after its database transaction committed;
+  of events to the use case, which knows nothing of entry ids and answers by
+  position (:class:`~shared.events.BatchResult`); entries are acknowledged only
+  after the use case returns, i.e. after its database transaction committed;
 - a reclaim loop (XAUTOCLAIM after ``claim_idle_ms``, ``reclaim_batch`` entries at
   a time, with their delivery counts) takes over entries a dead or stuck consumer
   left pending; a consumer still working on a batch resets its entries' idle time
@@ -48,7 +49,7 @@ from faststream.redis import RedisBroker, StreamSub
 from pydantic import TypeAdapter, ValidationError
 
 from shared.errors import EngramError, InfrastructureError, InvalidEvent
-from shared.events import Event, encode
+from shared.events import BatchResult, Event, encode
 from shared.metrics import ServiceMetrics
 from shared.settings import CommonSettings
 
@@ -61,17 +62,20 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Delivery(Generic[T]):
-    """One parsed stream entry handed to a use case."""
+    """One parsed stream entry: its id (the adapter's business) and its event (the
+    use case's)."""
 
     entry_id: str
     event: T
 
 
 Rejections = dict[str, str]
-"""Entry ids the use case refuses for good (e.g. a turn naming another user's
-episode), with the reason; they are dead-lettered at once."""
+"""Entry ids refused for good, with the reason; they are dead-lettered at once."""
 
-Handler = Callable[[Sequence[Delivery[T]]], Awaitable[Rejections | None]]
+Handler = Callable[[Sequence[T]], Awaitable[BatchResult | None]]
+"""A consumer use case: takes the batch's events, returns what it refused or
+dropped by position (:class:`~shared.events.BatchResult`), or None when it
+handled them all."""
 
 
 def consumer_name(settings: CommonSettings, service: str) -> str:
@@ -107,19 +111,6 @@ class Publisher:
         except (aioredis.RedisError, OSError) as exc:
             raise InfrastructureError(f"cannot publish to {', '.join(keys)}: {exc}") from exc
         return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
-
-    async def delete(self, stream: str, entry_ids: Sequence[str]) -> int:
-        """XDEL ``entry_ids`` from ``stream`` (a logical name); return how many were there.
-
-        For entries whose content must not linger until the stream is trimmed (the
-        turns of an erased user that a writer dropped)."""
-        if not entry_ids:
-            return 0
-        key = self._settings.stream(stream)
-        try:
-            return int(await self._redis.xdel(key, *entry_ids))
-        except (aioredis.RedisError, OSError) as exc:
-            raise InfrastructureError(f"cannot delete entries from {key}: {exc}") from exc
 
     async def publish_raw(self, stream: str, payloads: Sequence[bytes]) -> list[str]:
         """XADD already-encoded JSON payloads (``engram publish``, dead-letter replay)."""
@@ -390,7 +381,7 @@ class StreamConsumer(Generic[T]):
         done: list[str] = []
         try:
             try:
-                rejected = await self.handle(good) or {}
+                rejected = await self._run(good)
             except Exception as exc:  # noqa: BLE001 - every failure goes by the policy
                 await self._settle(good, exc, attempts or {}, done)
             else:
@@ -408,6 +399,17 @@ class StreamConsumer(Generic[T]):
             self._backoff = 0.0
             self.metrics.outage.labels(self.stream_name).set(0)
         self.metrics.handler_seconds.labels(self.stream_name).observe(time.perf_counter() - started)
+
+    async def _run(self, group: Sequence[Delivery[T]]) -> Rejections:
+        """Hand ``group``'s events to the use case and map its answer back to entry
+        ids: the refused (to dead-letter, returned) and the dropped (an erased
+        user's events, deleted from the stream now, acknowledged with the rest)."""
+        result = await self.handle([d.event for d in group])
+        if result is None:
+            return {}
+        if result.dropped:
+            await self._redis().xdel(self.stream, *(group[i].entry_id for i in result.dropped))
+        return {group[i].entry_id: reason for i, reason in result.refused.items()}
 
     async def _wait_out(self, exc: BaseException) -> None:
         """An outage: leave the entries pending and slow down (capped backoff)."""
@@ -450,7 +452,7 @@ class StreamConsumer(Generic[T]):
         mid = len(group) // 2
         for half in (group[:mid], group[mid:]):
             try:
-                rejected = await self.handle(half) or {}
+                rejected = await self._run(half)
             except Exception as sub:  # noqa: BLE001
                 await self._settle(half, sub, attempts, finished)
                 continue

@@ -42,7 +42,7 @@ async def test_a_data_error_is_bisected_out_in_log_n_transactions_and_dead_lette
         async with pool.acquire() as conn, conn.transaction():
             await conn.execute(
                 f"INSERT INTO {table} SELECT unnest($1::text[])::integer",
-                [d.event.content for d in batch],
+                [e.content for e in batch],
             )
 
     n = 64

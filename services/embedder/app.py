@@ -14,9 +14,9 @@ from services.embedder.settings import EmbedderSettings
 from shared.embeddings.guard import guards_from
 from shared.embeddings.providers import ProviderRegistry, preload
 from shared.embeddings.vector_index import Indexer
-from shared.events import EmbedRequested, embed_adapter
+from shared.events import BatchResult, EmbedRequested, embed_adapter
 from shared.runtime import Runtime, add_ops_routes
-from shared.streams import Delivery, FailurePolicy, Rejections
+from shared.streams import FailurePolicy
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def create_app(
     indexer = Indexer(min_rows=settings.vector_index_min_rows)
     guards = guards_from(settings)
 
-    async def on_embed(batch: Sequence[Delivery[EmbedRequested]]) -> Rejections:
+    async def on_embed(batch: Sequence[EmbedRequested]) -> BatchResult:
         return await service.handle_requests(
             rt.pool,
             rt.publisher,

@@ -24,8 +24,8 @@ from shared.embeddings.providers import ProviderConfig, ProviderRegistry
 from shared.embeddings.user_settings import resolve_configs
 from shared.embeddings.vector_index import Indexer
 from shared.errors import ConfigError
-from shared.events import EmbedKind, EmbedRequested, MemoryChanged
-from shared.streams import Delivery, Publisher, Rejections
+from shared.events import BatchResult, EmbedKind, EmbedRequested, MemoryChanged
+from shared.streams import Publisher
 
 log = logging.getLogger(__name__)
 
@@ -55,28 +55,30 @@ def options(settings: EmbedderSettings) -> Options:
 async def handle_requests(
     pool: asyncpg.Pool,
     publisher: Publisher,
-    deliveries: Sequence[Delivery[EmbedRequested]],
+    requests: Sequence[EmbedRequested],
     *,
     settings: EmbedderSettings,
     registry: ProviderRegistry,
     metrics: EmbedderMetrics | None = None,
     indexer: Indexer | None = None,
     guards: Guards | None = None,
-) -> Rejections:
-    """Embed every pending row the requests name, texts of all requests merged per provider."""
-    rejected: Rejections = {}
+) -> BatchResult:
+    """Embed every pending row the requests name, texts of all requests merged per provider.
+
+    A request naming an id that is not one is refused (by its position in ``requests``)."""
+    result = BatchResult()
     wanted: Wanted = defaultdict(lambda: defaultdict(set))
-    for d in deliveries:
+    for i, request in enumerate(requests):
         parsed: list[tuple[EmbedKind, Any]] = []
         try:
-            for t in d.event.targets:
+            for t in request.targets:
                 parsed.append((t.kind, store.parse_id(t.kind, t.id)))
         except ValueError:
-            rejected[d.entry_id] = f"target {t.kind} id {t.id!r} is not a valid id"
+            result.refused[i] = f"target {t.kind} id {t.id!r} is not a valid id"
             continue
-        if d.event.user_id is not None:
+        if request.user_id is not None:
             for kind, row_id in parsed:
-                wanted[d.event.user_id][kind].add(row_id)
+                wanted[request.user_id][kind].add(row_id)
         else:
             # A request spanning users (ingest sends one per batch): each row's owner
             # comes from the row itself, so a row is only ever embedded as its owner's.
@@ -96,7 +98,7 @@ async def handle_requests(
         indexer=indexer,
         guards=guards,
     )
-    return rejected
+    return result
 
 
 async def embed_wanted(

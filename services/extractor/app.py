@@ -12,12 +12,12 @@ from services.extractor import service, stale_sweep
 from services.extractor.metrics import ExtractorMetrics
 from services.extractor.settings import ExtractorSettings
 from shared.embeddings import close_default_registry, resolve_embedder
-from shared.events import ExtractRequested, extract_adapter
+from shared.events import BatchResult, ExtractRequested, extract_adapter
 from shared.llm.client import LLMMetrics, OpenAIChatModel
 from shared.llm.jobs import build_extractor
 from shared.memory.vectors import TextEmbedder
 from shared.runtime import Runtime, add_ops_routes
-from shared.streams import Delivery, FailurePolicy, Rejections
+from shared.streams import FailurePolicy
 
 
 def create_app(
@@ -61,7 +61,7 @@ def create_app(
     rt.on_start.append(start)
     rt.on_stop.append(stop)
 
-    async def on_extract(batch: Sequence[Delivery[ExtractRequested]]) -> Rejections:
+    async def on_extract(batch: Sequence[ExtractRequested]) -> BatchResult:
         return await service.handle_requests(holder["x"], batch)
 
     idle = timedelta(minutes=settings.stale_window_minutes)

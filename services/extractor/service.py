@@ -40,7 +40,7 @@ from services.extractor.facts import FactResult, apply_plan, plan_facts
 from services.extractor.metrics import ExtractorMetrics
 from services.extractor.narrative import regenerate_user_summary
 from shared.errors import EngramError, InvalidModelOutput, ProviderError, ProviderUnavailable
-from shared.events import EmbedRequested, EmbedTarget, ExtractRequested, MemoryChanged
+from shared.events import BatchResult, EmbedRequested, EmbedTarget, ExtractRequested, MemoryChanged
 from shared.llm.jobs import Extractor
 from shared.llm.offline import OfflineExtractor
 from shared.llm.offline import summarize as offline_summary
@@ -48,7 +48,7 @@ from shared.llm.schemas import EpisodeSummary
 from shared.llm.transcript import Transcript, from_messages
 from shared.memory.secrets import redact
 from shared.memory.vectors import TextEmbedder
-from shared.streams import Delivery, Publisher, Rejections
+from shared.streams import Publisher
 
 log = logging.getLogger(__name__)
 
@@ -153,25 +153,24 @@ def _redacted(s: EpisodeSummary) -> EpisodeSummary:
     )
 
 
-async def handle_requests(
-    x: Extraction, deliveries: Sequence[Delivery[ExtractRequested]]
-) -> Rejections:
+async def handle_requests(x: Extraction, requests: Sequence[ExtractRequested]) -> BatchResult:
     """Extract the requested episodes, ``parallel`` at once, at most ``per_user`` of one
-    user's (one after the other); refuse requests naming no such episode."""
-    rejected: Rejections = {}
-    mine: dict[str, list[Delivery[ExtractRequested]]] = defaultdict(list)
+    user's (one after the other); refuse requests naming no such episode (by their
+    position in ``requests``)."""
+    result = BatchResult()
+    mine: dict[str, list[tuple[int, ExtractRequested]]] = defaultdict(list)
     later: list[ExtractRequested] = []
     seen: set[uuid.UUID] = set()
-    for d in deliveries:
-        if d.event.episode_id in seen:
+    for i, request in enumerate(requests):
+        if request.episode_id in seen:
             x.count("episodes", "duplicate")
             continue
-        seen.add(d.event.episode_id)
-        queue = mine[d.event.user_id]
+        seen.add(request.episode_id)
+        queue = mine[request.user_id]
         if len(queue) < x.per_user:
-            queue.append(d)
+            queue.append((i, request))
         else:
-            later.append(d.event)
+            later.append(request)
     if later:
         # The same events again, behind everyone else's: one user's backlog is
         # interleaved with other users' episodes instead of standing before them.
@@ -179,13 +178,13 @@ async def handle_requests(
         x.count("episodes", "requeued", len(later))
     slots = asyncio.Semaphore(max(1, x.parallel))
 
-    async def one_user(queue: list[Delivery[ExtractRequested]]) -> None:
-        for d in queue:
+    async def one_user(queue: list[tuple[int, ExtractRequested]]) -> None:
+        for i, request in queue:
             async with slots:
                 try:
-                    outcome = await extract_episode(x, d.event)
+                    outcome = await extract_episode(x, request)
                 except EpisodeNotFound as exc:
-                    rejected[d.entry_id] = str(exc)
+                    result.refused[i] = str(exc)
                     x.count("episodes", "rejected")
                     continue
             x.count("episodes", outcome)
@@ -199,7 +198,7 @@ async def handle_requests(
         # Every user's work has ended (what committed is recorded as processed): the
         # first failure goes to the consumer's failure policy for the whole read.
         raise failures[0]
-    return rejected
+    return result
 
 
 async def extract_episode(x: Extraction, request: ExtractRequested) -> str:

@@ -9,9 +9,16 @@ from fastapi import FastAPI
 
 from services.ingest import service
 from services.ingest.settings import IngestSettings
-from shared.events import EpisodeClosed, EpisodeStarted, TurnReceived, episode_adapter, turn_adapter
+from shared.events import (
+    BatchResult,
+    EpisodeClosed,
+    EpisodeStarted,
+    TurnReceived,
+    episode_adapter,
+    turn_adapter,
+)
 from shared.runtime import Runtime, add_ops_routes
-from shared.streams import Delivery, FailurePolicy, Rejections
+from shared.streams import FailurePolicy
 
 
 def create_app(settings: IngestSettings | None = None) -> FastAPI:
@@ -19,12 +26,12 @@ def create_app(settings: IngestSettings | None = None) -> FastAPI:
     rt = Runtime("ingest", settings)
     window = timedelta(minutes=settings.stale_window_minutes)
 
-    async def on_turns(batch: Sequence[Delivery[TurnReceived]]) -> Rejections:
+    async def on_turns(batch: Sequence[TurnReceived]) -> BatchResult:
         return await service.store_turns(rt.pool, rt.publisher, batch, stale_window=window)
 
     async def on_episodes(
-        batch: Sequence[Delivery[EpisodeStarted | EpisodeClosed]],
-    ) -> Rejections:
+        batch: Sequence[EpisodeStarted | EpisodeClosed],
+    ) -> BatchResult:
         return await service.handle_episode_events(rt.pool, rt.publisher, batch)
 
     # Failure policy: an outage (PostgreSQL or Redis away) waits with backoff; a

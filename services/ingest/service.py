@@ -22,13 +22,15 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Generic, TypeVar
 from zlib import crc32
 
 import asyncpg
 
 from shared.db import Conn
-from shared.erasure import forget_entries, hold_users
+from shared.erasure import hold_users
 from shared.events import (
+    BatchResult,
     EmbedRequested,
     EmbedTarget,
     EpisodeClosed,
@@ -36,7 +38,7 @@ from shared.events import (
     ExtractRequested,
     TurnReceived,
 )
-from shared.streams import Delivery, Publisher, Rejections
+from shared.streams import Publisher
 
 CONSUMER = "ingest"
 
@@ -190,6 +192,17 @@ class _Span:
         self.last_active_at = max(self.last_active_at, t)
 
 
+E = TypeVar("E")
+
+
+@dataclass(frozen=True, slots=True)
+class _Item(Generic[E]):
+    """An event and its position in the batch the use case was given."""
+
+    pos: int
+    event: E
+
+
 @dataclass
 class _NewEpisode:
     user_id: str
@@ -203,7 +216,7 @@ class _NewEpisode:
 class _Plan:
     new_episodes: dict[uuid.UUID, _NewEpisode] = field(default_factory=dict)
     stale: set[uuid.UUID] = field(default_factory=set)
-    episode_of: dict[str, uuid.UUID] = field(default_factory=dict)
+    episode_of: dict[int, uuid.UUID] = field(default_factory=dict)
     used_closes: set[uuid.UUID] = field(default_factory=set)
 
 
@@ -217,23 +230,28 @@ class _KeptClose:
 async def store_turns(
     pool: asyncpg.Pool,
     publisher: Publisher,
-    deliveries: Sequence[Delivery[TurnReceived]],
+    turns: Sequence[TurnReceived],
     *,
     stale_window: timedelta,
-) -> Rejections:
-    """Store a batch of turns in one transaction, then ask for their embeddings."""
-    # One row per event id, even if the batch repeats an entry.
-    unique: dict[uuid.UUID, Delivery[TurnReceived]] = {}
-    for d in deliveries:
-        unique.setdefault(d.event.event_id, d)
-    batch = sorted(unique.values(), key=lambda d: (d.event.occurred_at, d.entry_id))
-    rejected: Rejections = {}
+) -> BatchResult:
+    """Store a batch of turns in one transaction, then ask for their embeddings.
+
+    Turns are named by their position in ``turns`` (which is in arrival order):
+    the result holds the refused ones with the reason, and those of erased users,
+    dropped."""
+    # One row per event id, even if the batch repeats an event.
+    unique: dict[uuid.UUID, _Item[TurnReceived]] = {}
+    for i, ev in enumerate(turns):
+        unique.setdefault(ev.event_id, _Item(i, ev))
+    batch = sorted(unique.values(), key=lambda d: (d.event.occurred_at, d.pos))
+    result = BatchResult()
+    rejected = result.refused
     extract: list[ExtractRequested] = []
 
     async with pool.acquire() as conn, conn.transaction():
         # Turns of an erased user are dropped (shared/erasure.py), checked under its lock.
         erased = await hold_users(conn, [d.event.user_id for d in batch])
-        dropped = [d.entry_id for d in batch if d.event.user_id in erased]
+        result.dropped.update(i for i, ev in enumerate(turns) if ev.user_id in erased)
         if erased:
             batch = [d for d in batch if d.event.user_id not in erased]
         # Locks in one order everywhere (users, then chats sorted, then rows), the same
@@ -283,12 +301,12 @@ async def store_turns(
                     ExtractRequested(episode_id=row["id"], user_id=row["user_id"], reason="stale")
                 )
 
-        kept = [d for d in batch if d.entry_id not in rejected]
+        kept = [d for d in batch if d.pos not in rejected]
         inserted = await conn.fetch(
             INSERT_MESSAGES,
             [d.event.event_id for d in kept],
             [d.event.user_id for d in kept],
-            [plan.episode_of[d.entry_id] for d in kept],
+            [plan.episode_of[d.pos] for d in kept],
             [d.event.provider for d in kept],
             [d.event.chat_id for d in kept],
             [d.event.role for d in kept],
@@ -326,18 +344,17 @@ async def store_turns(
                 if r["id"] not in seen:
                     to_embed.append((r["id"], r["user_id"]))
 
-    await forget_entries(publisher, "turns", dropped)
     await _request_embeddings(publisher, to_embed)
     if extract:
         await publisher.publish("extract", extract)
-    return rejected
+    return result
 
 
 async def _plan_episodes(
     conn: Conn,
-    batch: Sequence[Delivery[TurnReceived]],
+    batch: Sequence[_Item[TurnReceived]],
     stale_window: timedelta,
-    rejected: Rejections,
+    rejected: dict[int, str],
 ) -> _Plan:
     """Decide each turn's episode (the batch is in time order).
 
@@ -394,15 +411,16 @@ async def _plan_episodes(
                     named_span.open, named_span.cap = False, named.closed_at
                     plan.used_closes.add(named.event_id)
                 plan.new_episodes[ev.episode_id] = _NewEpisode(
-                    ev.user_id, ev.display_name, ev.provider, ev.chat_id, named_span
+                    ev.user_id, _user_name(ev), ev.provider, ev.chat_id, named_span
                 )
                 owners[ev.episode_id] = ev.user_id
             elif owner is not None and owner != ev.user_id:
-                rejected[d.entry_id] = (
+                rejected[d.pos] = (
                     f"episode {ev.episode_id} belongs to another user; turn not stored"
                 )
                 continue
-            plan.episode_of[d.entry_id] = ev.episode_id
+            plan.episode_of[d.pos] = ev.episode_id
+            _name_new_episode(plan, ev.episode_id, ev)
             continue
         key = (ev.user_id, ev.provider, ev.chat_id)
         span = await _span_for(conn, key, spans[key], ev.occurred_at, stale_window)
@@ -425,11 +443,26 @@ async def _plan_episodes(
                 span.open, span.cap = False, kept_close.closed_at
             spans[key].append(span)
             plan.new_episodes[span.id] = _NewEpisode(
-                ev.user_id, ev.display_name, ev.provider, ev.chat_id, span
+                ev.user_id, _user_name(ev), ev.provider, ev.chat_id, span
             )
         span.add(ev.occurred_at)
-        plan.episode_of[d.entry_id] = span.id
+        plan.episode_of[d.pos] = span.id
+        _name_new_episode(plan, span.id, ev)
     return plan
+
+
+def _user_name(ev: TurnReceived) -> str | None:
+    """The user's display name a turn carries: only a user turn's (an assistant's or
+    another participant's turn names its own speaker, not the user)."""
+    return ev.display_name if ev.role == "user" else None
+
+
+def _name_new_episode(plan: _Plan, episode: uuid.UUID, ev: TurnReceived) -> None:
+    """A new episode opened by a turn that was not the user's takes the name of the
+    first user turn of the batch in it (else it stays unnamed: the user's own name)."""
+    new = plan.new_episodes.get(episode)
+    if new is not None and new.display_name is None:
+        new.display_name = _user_name(ev)
 
 
 async def _span_for(
@@ -471,11 +504,16 @@ async def _request_embeddings(publisher: Publisher, rows: Sequence[tuple[int, st
 async def handle_episode_events(
     pool: asyncpg.Pool,
     publisher: Publisher,
-    deliveries: Sequence[Delivery[EpisodeStarted | EpisodeClosed]],
-) -> Rejections:
-    """Apply episode started / closed events in order; closing asks for extraction."""
-    rejected: Rejections = {}
+    events: Sequence[EpisodeStarted | EpisodeClosed],
+) -> BatchResult:
+    """Apply episode started / closed events in order; closing asks for extraction.
+
+    Events are named by their position in ``events`` (arrival order); those of
+    erased users are skipped (not stored, left in the stream as before)."""
+    result = BatchResult()
+    rejected = result.refused
     extract: list[ExtractRequested] = []
+    deliveries = [_Item(i, ev) for i, ev in enumerate(events)]
     async with pool.acquire() as conn, conn.transaction():
         erased = await hold_users(conn, [d.event.user_id for d in deliveries])
         await conn.execute(
@@ -488,7 +526,7 @@ async def handle_episode_events(
                 }
             ),
         )
-        for d in sorted(deliveries, key=lambda x: (x.event.occurred_at, x.entry_id)):
+        for d in sorted(deliveries, key=lambda x: (x.event.occurred_at, x.pos)):
             ev = d.event
             if ev.user_id in erased:
                 continue
@@ -505,14 +543,14 @@ async def handle_episode_events(
                 if first:
                     reason = await _start_episode(conn, ev, extract)
                     if reason:
-                        rejected[d.entry_id] = reason
+                        rejected[d.pos] = reason
             else:
                 reason = await _close_episode(conn, ev, extract, first=bool(first))
                 if reason:
-                    rejected[d.entry_id] = reason
+                    rejected[d.pos] = reason
     if extract:
         await publisher.publish("extract", extract)
-    return rejected
+    return result
 
 
 CLOSE_PREVIOUS = """

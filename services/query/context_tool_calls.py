@@ -79,13 +79,13 @@ async def call_context_tool(
         out = await build_context(
             pool,
             user_id,
-            body,
+            body.command(),
             embedder=embedder,
             embedding_dim=int(state.settings.embedding_dim),
             hint_cache=hint_cache,
         )
         return out.model_dump(mode="json")
     if name == "episode_recall":
-        query: RecallIn = _validate(RecallIn, args, name)
-        return await recall(state, pool, user_id=user_id, body=query)
+        asked: RecallIn = _validate(RecallIn, args, name)
+        return await recall(state, pool, user_id=user_id, query=asked.query, limit=asked.limit)
     raise InvalidRequest(f"unknown tool {name!r}; context tools: {', '.join(sorted(NAMES))}")

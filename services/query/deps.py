@@ -1,4 +1,10 @@
-"""FastAPI dependencies for the process's runtime objects."""
+"""FastAPI dependencies for the process's runtime objects.
+
+The plain functions read an object off the request (callable anywhere); the
+annotated aliases (``Pool``, ``State``, ...) depend on their ``async`` twins:
+FastAPI runs a synchronous dependency in a worker thread, a hop to the thread
+pool and back on every request for what is an attribute read.
+"""
 
 from __future__ import annotations
 
@@ -26,17 +32,9 @@ def publisher(request: Request) -> Publisher:
     return runtime(request).publisher
 
 
-Rt = Annotated[Runtime, Depends(runtime)]
-Pool = Annotated[asyncpg.Pool, Depends(pool)]
-Pub = Annotated[Publisher, Depends(publisher)]
-
-
 def query_state(request: Request) -> QueryState:
     state: QueryState = request.app.state.query
     return state
-
-
-State = Annotated[QueryState, Depends(query_state)]
 
 
 def settings(request: Request) -> QuerySettings:
@@ -44,4 +42,28 @@ def settings(request: Request) -> QuerySettings:
     return query_state(request).settings
 
 
-Settings = Annotated[QuerySettings, Depends(settings)]
+async def _runtime(request: Request) -> Runtime:
+    return runtime(request)
+
+
+async def _pool(request: Request) -> asyncpg.Pool:
+    return pool(request)
+
+
+async def _publisher(request: Request) -> Publisher:
+    return publisher(request)
+
+
+async def _query_state(request: Request) -> QueryState:
+    return query_state(request)
+
+
+async def _settings(request: Request) -> QuerySettings:
+    return settings(request)
+
+
+Rt = Annotated[Runtime, Depends(_runtime)]
+Pool = Annotated[asyncpg.Pool, Depends(_pool)]
+Pub = Annotated[Publisher, Depends(_publisher)]
+State = Annotated[QueryState, Depends(_query_state)]
+Settings = Annotated[QuerySettings, Depends(_settings)]

@@ -1,4 +1,4 @@
-"""Episode recall (Nous): one user's episodes by summary, key points and topics.
+"""Episode recall (Nous): one user's episodes by summary, key points, topics and turns.
 
 ``POST /v1/episodes/search`` and the ``episode_recall`` tool both call :func:`recall`.
 """
@@ -17,25 +17,28 @@ from services.query.state import QueryState
 class RecallIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(max_length=2000, description="words to find in summaries; '*' = newest")
+    query: str = Field(
+        max_length=2000,
+        description="what to find in the episodes' summaries and turns; '*' = newest",
+    )
     limit: int = Field(default=10, ge=1, le=50, description="results, 1-50")
 
 
 async def recall(
-    state: QueryState, pool: asyncpg.Pool, *, user_id: str, body: RecallIn
+    state: QueryState, pool: asyncpg.Pool, *, user_id: str, query: str, limit: int = 10
 ) -> dict[str, Any]:
     """The user's episodes, best first, each with its user tag line
     (``[Tim] Checked weather for Silver Spring, MD``)."""
     vector = None
-    if body.query.strip() not in ("", "*"):
-        vector = await state.query_vector(pool, user_id=user_id, text=body.query)
+    if query.strip() not in ("", "*"):
+        vector = await state.query_vector(pool, user_id=user_id, text=query)
     hits = await recall_episodes(
         pool,
-        query=body.query,
+        query=query,
         current_user_id=user_id,
         visible_users=[user_id],
         query_vector=vector,
-        limit=body.limit,
+        limit=limit,
     )
     return {
         "episodes": [h.as_dict() for h in hits],

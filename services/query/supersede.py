@@ -10,7 +10,7 @@ import asyncpg
 from shared.events import MemoryChanged, memory_adapter
 from shared.memory.supersession import check_supersession
 from shared.runtime import Runtime
-from shared.streams import Delivery, FailurePolicy, Rejections
+from shared.streams import FailurePolicy
 
 GROUP = "supersession"
 
@@ -36,11 +36,10 @@ async def supersede_embedded(
     return changed
 
 
-async def on_memories_changed(rt: Runtime, batch: Sequence[Delivery[MemoryChanged]]) -> Rejections:
-    """Adapter: the events out of their stream entries, the use case, then publish."""
-    changed = await supersede_embedded(rt.pool, [d.event for d in batch])
+async def on_memories_changed(rt: Runtime, batch: Sequence[MemoryChanged]) -> None:
+    """Adapter: the use case, then publish what it superseded (nothing is refused)."""
+    changed = await supersede_embedded(rt.pool, batch)
     await rt.publisher.publish("memories", changed)
-    return {}
 
 
 def register(rt: Runtime) -> None:

@@ -104,6 +104,8 @@ KEY_POINT_CHARS = 240
 TOPIC_CHARS = 30
 LINE_CHARS = 4_000  # of each turn, what is read (a 3 MB turn is read as its head)
 FACT_WORDS = 30
+ASKED = 2  # the user's questions the summary names
+ASKED_WORDS = 25
 
 NOT_TOPICS = frozenset(
     """
@@ -369,6 +371,9 @@ def summarize(transcript: Transcript) -> EpisodeSummary:
     best = sorted(scored, key=lambda x: (-x[0], x[1]))[:40]
     ranked = [(score, pos, reported(s, who, other)) for score, pos, s, who, other in best]
     intro = _intro(names, topics, tools)
+    asked = _asked(lines, names, freq)
+    if asked:
+        intro += " " + " ".join(asked)
     budget = SUMMARY_WORDS - len(intro.split())
     chosen: list[tuple[float, int, str]] = []
     for item in ranked:
@@ -390,6 +395,36 @@ def summarize(transcript: Transcript) -> EpisodeSummary:
         outcome=_outcome(transcript),
         topics=topics,
     )
+
+
+def _asked(lines: Sequence[Line], names: Sequence[str], freq: Counter[str]) -> list[str]:
+    """What the user asked, in their words ("Tim asked: what's the weather in Silver
+    Spring, MD today?"): the user's ``ASKED`` most central questions that name
+    something (two content words or more), in the order asked. A question is often
+    all a session says about what the user wanted, and the statements above never
+    hold one."""
+    found: list[tuple[float, int, str]] = []
+    seen: set[str] = set()
+    for position, ln in enumerate(lines):
+        if ln.role != "user":
+            continue
+        for s in _sentences(ln):
+            if not s.endswith("?"):
+                continue
+            q = _strip_interjections(s, names)
+            cw = content_words(q)
+            if len(cw) < 2 or q.lower() in seen or len(q.split()) > ASKED_WORDS:
+                continue
+            seen.add(q.lower())
+            score = sum(freq[w] for w in set(cw)) / (len(words(q)) ** 0.5)
+            found.append((score, position, q))
+    best = sorted(sorted(found, key=lambda x: (-x[0], x[1]))[:ASKED], key=lambda x: x[1])
+    out = []
+    for _, position, q in best:
+        who = _speaker(lines[position])
+        text = third_person(q, who, _other(lines[position].speaker, names))
+        out.append(f"{who} asked: {text[:1].lower() + text[1:]}")
+    return out
 
 
 def participants(transcript: Transcript) -> list[str]:

@@ -99,7 +99,7 @@ async def test_a_conversation_becomes_searchable_memory_through_the_api(
         )
 
         found = (
-            await api.post("/v1/episodes/search", headers=me, json={"query": "Silver Spring"})
+            await api.post("/v1/episodes/search", headers=me, json={"query": "weather forecast"})
         ).json()
         assert found["mode"] == "hybrid"
         first = found["episodes"][0]

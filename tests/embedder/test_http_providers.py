@@ -16,7 +16,7 @@ from shared.embeddings import ProviderSettingsIn, put_provider_settings
 from shared.embeddings.providers import ProviderRegistry
 from shared.embeddings.store import message_text
 from shared.events import EmbedRequested, EmbedTarget
-from shared.streams import Delivery, Publisher
+from shared.streams import Publisher
 from tests.embedder.conftest import add_messages
 from tests.embedder.scripted import ScriptedServer, Step, vector_for
 
@@ -53,14 +53,14 @@ async def run(
     event = EmbedRequested(
         user_id=user_id, targets=[EmbedTarget(kind="message", id=str(i)) for i in ids]
     )
-    rejected = await service.handle_requests(
+    result = await service.handle_requests(
         pool,
         Publisher(redis, settings),
-        [Delivery("1-0", event)],
+        [event],
         settings=settings,
         registry=registry,
     )
-    assert rejected == {}
+    assert result.refused == {}
 
 
 async def states(pool: asyncpg.Pool, ids: list[int]) -> list[asyncpg.Record]:
@@ -312,14 +312,16 @@ async def test_malformed_target_ids_are_rejected_with_a_reason(
     user_id: str,
 ) -> None:
     event = EmbedRequested(user_id=user_id, targets=[EmbedTarget(kind="memory", id="nope")])
-    rejected = await service.handle_requests(
+    ok = EmbedRequested(user_id=user_id, targets=[])
+    result = await service.handle_requests(
         pool,
         Publisher(redis, esettings),
-        [Delivery("7-0", event)],
+        [ok, event],
         settings=esettings,
         registry=registry,
     )
-    assert "not a valid id" in rejected["7-0"]
+    assert list(result.refused) == [1]  # named by its position in the batch
+    assert "not a valid id" in result.refused[1]
 
 
 def test_a_turn_is_embedded_with_its_date_and_speaker() -> None:

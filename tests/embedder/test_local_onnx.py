@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,3 +104,32 @@ async def test_a_paraphrase_scores_closer_than_an_unrelated_sentence_with_int8(
     local.configure(workers=1, threads=0, cache_dir=cache_dir)
     a, b, c = await LocalEmbedder(model=local.INT8_MODEL).embed(SAMPLES[:3])
     assert cosine(a, b) > cosine(a, c) + 0.2
+
+
+def test_passes_hold_about_256_tokens_longest_first_and_vectors_keep_their_order(
+    cache_dir: Path,
+) -> None:
+    """A pass over 64 chat turns padded to the longest cost 2.5-3.5x the CPU per text of
+    passes of ~256 tokens, and its activations stayed with the process."""
+    model = local_onnx.OnnxModel(local_onnx.cached_path(cache_dir), threads=1)
+    shapes: list[tuple[int, int]] = []
+    session = model._session
+
+    class Recording:
+        def run(self, names: Any, feeds: dict[str, Any]) -> Any:
+            shapes.append(feeds["input_ids"].shape)
+            return session.run(names, feeds)
+
+    model._session = Recording()
+    texts = [f"turn {i}: " + "we talked about the trip " * (i % 9) for i in range(40)]
+    texts.append(SAMPLES[-1])  # past 256 tokens: a pass of its own
+    vectors = model.encode(texts, batch_size=64)
+    assert sum(rows for rows, _ in shapes) == len(texts)
+    assert all(rows * width <= local_onnx.TOKENS_PER_PASS or rows == 1 for rows, width in shapes)
+    assert [w for _, w in shapes] == sorted((w for _, w in shapes), reverse=True)
+    assert shapes[0] == (1, local_onnx.MAX_TOKENS) and len(shapes) > 3
+    shapes.clear()
+    assert len(model.encode(texts[:3], batch_size=2)) == 3 and max(r for r, _ in shapes) <= 2
+    alone = [model.encode([t], batch_size=64)[0] for t in texts[::7]]
+    for a, b in zip(vectors[::7], alone, strict=True):
+        assert cosine(list(a), list(b)) > 0.98

@@ -21,7 +21,7 @@ from shared.embeddings.rebuild import (
 )
 from shared.errors import InvalidRequest
 from shared.events import embed_adapter
-from shared.streams import Delivery, Publisher
+from shared.streams import Publisher
 from tests.embedder.conftest import add_episode, add_memories, add_messages
 from tests.embedder.scripted import ScriptedServer, vector_for
 
@@ -76,16 +76,13 @@ async def drain_stream(
 ) -> int:
     """Hand every EmbedRequested on the test's ``embed`` stream to the use case."""
     entries = await redis.xrange(settings.stream("embed"))
-    deliveries = [
-        Delivery(eid.decode(), embed_adapter.validate_json(fields[b"event"]))
-        for eid, fields in entries
-    ]
+    requests = [embed_adapter.validate_json(fields[b"event"]) for _, fields in entries]
     await redis.delete(settings.stream("embed"))
-    if deliveries:
+    if requests:
         await service.handle_requests(
-            pool, Publisher(redis, settings), deliveries, settings=settings, registry=registry
+            pool, Publisher(redis, settings), requests, settings=settings, registry=registry
         )
-    return sum(len(d.event.targets) for d in deliveries)
+    return sum(len(r.targets) for r in requests)
 
 
 async def seed(pool: asyncpg.Pool, user_id: str) -> None:
@@ -228,7 +225,7 @@ async def test_memory_items_that_become_ready_are_announced(
     publisher = Publisher(redis, esettings)
     for _ in range(2):  # a redelivery announces nothing new
         await service.handle_requests(
-            pool, publisher, [Delivery("1-0", event)], settings=esettings, registry=registry
+            pool, publisher, [event], settings=esettings, registry=registry
         )
     entries = await redis.xrange(esettings.stream("memories"))
     changes = [memory_adapter.validate_json(f[b"event"]) for _, f in entries]

@@ -77,16 +77,14 @@ async def test_settings_test_and_rebuild_through_the_api(
     from services.embedder import service
     from shared.embeddings.providers import ProviderRegistry
     from shared.events import embed_adapter
-    from shared.streams import Delivery, Publisher
+    from shared.streams import Publisher
 
     es: EmbedderSettings = make_settings(
         EmbedderSettings, stream_prefix=qs.stream_prefix, secret_key=SecretStr("route-secret")
     )
     reg = ProviderRegistry.from_settings(es)
-    deliveries = [
-        Delivery(i.decode(), embed_adapter.validate_json(f[b"event"])) for i, f in entries
-    ]
-    await service.handle_requests(pool, Publisher(redis, es), deliveries, settings=es, registry=reg)
+    requests = [embed_adapter.validate_json(f[b"event"]) for _, f in entries]
+    await service.handle_requests(pool, Publisher(redis, es), requests, settings=es, registry=reg)
     await reg.aclose()
     headers = {k.lower(): v for k, v in server.requests[-1][2].items()}
     assert headers["authorization"] == "Bearer sk-abc"

@@ -198,3 +198,25 @@ def test_person_references(ref: str, expected: tuple[str | None, str | None]) ->
 
 def test_a_name_can_come_from_the_content() -> None:
     assert parse_reference("my wife", "my wife's name is Sarah") == ("Sarah", "wife")
+
+
+def test_a_summary_names_what_the_user_asked() -> None:
+    """ "What's the weather in Silver Spring?" is all a session may say about what the
+    user wanted: the summary names the question, not only its place."""
+    s = summarize(
+        Transcript(
+            [
+                Line("user", "Tim", "Hi! What's the weather in Silver Spring, MD today?"),
+                Line("assistant", "Assistant", "It is 22 degrees and sunny in Silver Spring."),
+                Line("user", "Tim", "Great. How are you?"),
+                Line("assistant", "Assistant", "Fine, thanks. Anything else?"),
+                Line("user", "Tim", "Remember that I have a dentist appointment tomorrow."),
+            ],
+            "Tim",
+        )
+    )
+    assert "Tim asked: what's the weather in Silver Spring, MD today?" in s.summary
+    assert "How are you" not in s.summary  # names nothing
+    # the other speaker's questions are not the user's
+    two = summarize(_chat(TWO_PEOPLE * 3))
+    assert "Melanie asked" not in two.summary

@@ -279,3 +279,44 @@ async def test_what_postgresql_would_refuse_is_dead_lettered_at_once_with_its_re
     reasons = " | ".join(d["error"] for d in dead)
     for name in ("display_name", "metadata", "chat_id", "tool_args", "0001", "9999", "nan"):
         assert name in reasons, (name, reasons)
+
+
+async def test_an_episode_opened_by_the_other_speaker_is_named_after_the_user(
+    make_settings, pool, redis, user_id
+):
+    """The user is the speaker whose role is user: a session the other side opens
+    (a bot's greeting, the other person in a chat between two) is not named after it."""
+    settings = make_settings(IngestSettings)
+    pub = Publisher(redis, settings)
+    together = "chat-together"
+    apart = "chat-apart"
+    async with running(create_app(settings)):
+        # published together (one batch, unless ingest reads them apart): the other
+        # speaker first, then the user
+        await pub.publish(
+            "turns",
+            [
+                turn(user_id, 0, role="assistant", display_name="Ann", chat_id=together),
+                turn(user_id, 1, role="user", display_name="Tim", chat_id=together),
+            ],
+        )
+        await wait_for(lambda: _count_is(pool, user_id, 2), message="2 turns")
+        # in two batches: the other speaker's opening turn arrives alone
+        await pub.publish(
+            "turns", [turn(user_id, 10, role="assistant", display_name="Ann", chat_id=apart)]
+        )
+        await wait_for(lambda: _count_is(pool, user_id, 3), message="3 turns")
+        await pub.publish(
+            "turns", [turn(user_id, 11, role="user", display_name="Tim", chat_id=apart)]
+        )
+        await wait_for(lambda: _count_is(pool, user_id, 4), message="4 turns")
+    rows = await pool.fetch(
+        "SELECT e.chat_id, e.display_name, coalesce(e.display_name, u.display_name) AS shown "
+        "FROM episodes e JOIN users u ON u.id = e.user_id WHERE e.user_id = $1",
+        user_id,
+    )
+    named = {r["chat_id"]: (r["display_name"], r["shown"]) for r in rows}
+    # the episode's own name is the user's when the batch held a user turn, else
+    # none (the user's name shows); never the other speaker's
+    for chat in (together, apart):
+        assert named[chat][0] in (None, "Tim") and named[chat][1] == "Tim"

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from services.query.context.auto import MIN_MESSAGES, assemble_auto, turn_hits
-from services.query.context.models import ContextIn
+from services.query.context.command import ContextQuery
 from services.query.recall import QueryVector
 from tests.query.helpers import unit
 from tests.retrieval.helpers import T, add_turns
@@ -72,7 +72,9 @@ async def _memories(pool, user_id, texts: list[str], vectors: list[list[float]])
 
 async def test_a_turn_from_nine_months_ago_answers_within_the_budget(pool, user_id):
     evidence_id = await _history(pool, user_id)
-    out = await assemble_auto(pool, user_id, ContextIn(message=QUESTION, token_budget=1000), qv())
+    out = await assemble_auto(
+        pool, user_id, ContextQuery(message=QUESTION, token_budget=1000), qv()
+    )
     assert out.tokens <= 1000
     assert EVIDENCE in out.text
     [line] = [ln for ln in out.text.splitlines() if EVIDENCE in ln]
@@ -80,7 +82,9 @@ async def test_a_turn_from_nine_months_ago_answers_within_the_budget(pool, user_
     assert line.startswith(f"- [Past message, user, {said.isoformat()}]")  # with its date
     assert out.sections["messages"][0]["id"] == evidence_id
     # and at a budget too small for much else
-    small = await assemble_auto(pool, user_id, ContextIn(message=QUESTION, token_budget=120), qv())
+    small = await assemble_auto(
+        pool, user_id, ContextQuery(message=QUESTION, token_budget=120), qv()
+    )
     assert small.tokens <= 120 and EVIDENCE in small.text
 
 
@@ -95,7 +99,7 @@ async def test_unrelated_memories_never_push_the_relevant_turn_out(pool, user_id
     await _memories(pool, user_id, noise, [unit(500 + i) for i in range(30)])
     for budget in (150, 300, 1000):
         out = await assemble_auto(
-            pool, user_id, ContextIn(message=QUESTION, token_budget=budget), qv()
+            pool, user_id, ContextQuery(message=QUESTION, token_budget=budget), qv()
         )
         assert out.tokens <= budget
         assert EVIDENCE in out.text, budget
@@ -103,7 +107,7 @@ async def test_unrelated_memories_never_push_the_relevant_turn_out(pool, user_id
         assert all(not m["relevant"] for m in out.sections["memories"])
     # a relevant memory is read before the weak ones, after the turn hits
     await _memories(pool, user_id, ["Mia's dog Biscuit is a greyhound"], [unit(8, near=Q)])
-    out = await assemble_auto(pool, user_id, ContextIn(message=QUESTION, token_budget=300), qv())
+    out = await assemble_auto(pool, user_id, ContextQuery(message=QUESTION, token_budget=300), qv())
     assert EVIDENCE in out.text and "Biscuit is a greyhound" in out.text
     assert out.sections["memories"][0]["relevant"] is True
 
@@ -116,7 +120,10 @@ async def test_ash_s_floor_and_top_n_still_hold(pool, user_id):
     await add_turns(pool, user_id, far)
     await add_turns(pool, user_id, near)
     out = await assemble_auto(
-        pool, user_id, ContextIn(message="When did I walk Mia's dog?", token_budget=100_000), qv()
+        pool,
+        user_id,
+        ContextQuery(message="When did I walk Mia's dog?", token_budget=100_000),
+        qv(),
     )
     hits = [m for m in out.sections["messages"] if m["neighbour_of"] is None]
     # top N: one hit per 60 tokens of budget, 10 to 30
@@ -125,7 +132,7 @@ async def test_ash_s_floor_and_top_n_still_hold(pool, user_id):
     for m in hits:
         assert m["similarity"] is not None and m["similarity"] >= 0.3
     small = await assemble_auto(
-        pool, user_id, ContextIn(message="When did I walk Mia's dog?", token_budget=300), qv()
+        pool, user_id, ContextQuery(message="When did I walk Mia's dog?", token_budget=300), qv()
     )
     assert len([m for m in small.sections["messages"] if m["neighbour_of"] is None]) <= (
         MIN_MESSAGES
@@ -144,7 +151,7 @@ async def test_a_short_hit_brings_its_neighbours(pool, user_id):
         ],
         episode=ep,
     )
-    out = await assemble_auto(pool, user_id, ContextIn(message=QUESTION, token_budget=500), qv())
+    out = await assemble_auto(pool, user_id, ContextQuery(message=QUESTION, token_budget=500), qv())
     by_id = {m["id"]: m for m in out.sections["messages"]}
     # the short hit, then the turn after it under it; the question before it is a
     # hit of its own (it shares "Mia" and "dog"), so it is not repeated

@@ -206,6 +206,43 @@ async def test_nous_boosts_the_current_user_and_has_a_floor(pool, user_id):
     assert nothing == []
 
 
+async def test_nous_finds_an_episode_through_its_own_turns(pool, user_id):
+    """A summary says what a session was mostly about; the question may ask for a
+    detail only one of its turns holds. Never through another user's turns."""
+    other = f"other-{uuid.uuid4().hex[:8]}"
+    summary_far = unit(40)
+    trip = await _episode(pool, user_id, "Family news and a new job", summary_far)
+    await add_turns(pool, user_id, [TURNS[2], TURNS[3], TURNS[4]], episode=trip)
+    quiet = await _episode(pool, user_id, "Sorted the tax papers", unit(41))
+    await add_turns(pool, user_id, [TURNS[4]], episode=quiet)
+    # another user's session holds the very same turn
+    theirs = await _episode(pool, other, "Family news and a new job", summary_far)
+    await add_turns(pool, other, [TURNS[3]], episode=theirs)
+
+    hits = await recall_episodes(
+        pool, query=QUERY, current_user_id=user_id, visible_users=[user_id], query_vector=Q
+    )
+    # found by its turn alone (the summary has neither the words nor the meaning);
+    # the other one is matched by nothing; the other user's never
+    assert [h.episode_id for h in hits] == [trip]
+    assert hits[0].score == pytest.approx(1.0)
+    turns = await rank_turns(
+        pool, specs.EPISODE_TURNS, user_id=user_id, query=QUERY, vector=Q, limit=50
+    )
+    assert {h.episode_id for h in turns} == {str(trip)}
+
+    # an admin view: the other user's session through its turns' words, x 0.8
+    both = await recall_episodes(
+        pool,
+        query=QUERY,
+        current_user_id=user_id,
+        visible_users=[user_id, other],
+        query_vector=Q,
+    )
+    assert [h.episode_id for h in both] == [trip, theirs]
+    assert both[1].score == pytest.approx(0.8 * both[0].score)
+
+
 def test_one_fusion_reads_every_spec_field_it_declares():
     """The same candidates under each surface's spec: each rule is a field."""
 
@@ -230,6 +267,15 @@ def test_one_fusion_reads_every_spec_field_it_declares():
     # "b": cosine 0.1 is under the floor, so text alone (rank / max), another user's
     assert nous["b"] == pytest.approx(0.8 * 0.3 * 0.1 / 0.5)
     assert nous["a"] == pytest.approx(0.7 * 0.8 + 0.3 * 1.0)
+    # Nous through turns: an episode's best turn, as a share of the best episode's,
+    # four fifths of the score (the summary's 70/30 the other fifth)
+    through = [
+        Candidate("a", rank=0.5, lex_pos=1, distance=0.2, sem_pos=1, owner="me", turn=0.2),
+        Candidate("t", turn=0.4, owner="me"),
+    ]
+    by_turns = {c.id: c.score for c in fuse(specs.NOUS_EPISODES, through, current_user="me")}
+    assert by_turns["t"] == pytest.approx(0.8 * 1.0)
+    assert by_turns["a"] == pytest.approx(0.14 * 0.8 + 0.06 * 1.0 + 0.8 * 0.5)
     rrf = {c.id: c.score for c in fuse(specs.MESSAGE_MODES["rrf"], cands())}
     assert rrf["a"] == pytest.approx(1.0)
     assert specs.CONTEXT_TURNS.but(

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import fastapi.dependencies.utils as fastapi_dependencies
+
 from services.extractor.settings import ExtractorSettings
 from services.ingest.settings import IngestSettings
+from services.query import deps
 from services.query.app import create_app
 from services.query.facts_service import has_trigram
 from services.query.settings import QuerySettings
+from tests.query.helpers import auth
 from tests.support import running
 
 
@@ -25,3 +31,33 @@ def test_one_setting_names_the_stale_window(monkeypatch):
     assert IngestSettings().stale_window_minutes == 12
     assert ExtractorSettings().stale_window_minutes == 12
     assert "stale_after_minutes" not in ExtractorSettings.model_fields
+
+
+async def test_the_memory_routes_run_no_dependency_in_a_worker_thread(
+    make_settings, pool, user_id, monkeypatch
+):
+    """FastAPI runs a plain ``def`` dependency in a worker thread on every request: a hop
+    to the thread pool and back for what is an attribute read (it was two a search)."""
+    hopped: list[str] = []
+    original = fastapi_dependencies.run_in_threadpool
+
+    async def recording(call: Any, *args: Any, **kwargs: Any) -> Any:
+        hopped.append(getattr(call, "__qualname__", repr(call)))
+        return await original(call, *args, **kwargs)
+
+    monkeypatch.setattr(fastapi_dependencies, "run_in_threadpool", recording)
+    app = create_app(make_settings(QuerySettings))
+    h = await auth(pool, user_id)
+    async with running(app) as client:
+        added = await client.post(
+            "/v1/memory/add", headers=h, json={"type": "fact", "content": "Likes tea"}
+        )
+        assert added.status_code == 200, added.text
+        found = await client.post("/v1/memory/search", headers=h, json={"query": "tea"})
+        assert found.status_code == 200, found.text
+        assert (await client.get("/v1/memory/themes", headers=h)).status_code == 200
+        # the recorder does see a synchronous dependency
+        assert not hopped
+        app.dependency_overrides[deps._pool] = deps.pool
+        assert (await client.get("/v1/memory/themes", headers=h)).status_code == 200
+    assert hopped == ["pool"]

@@ -29,7 +29,8 @@ from datetime import datetime
 import asyncpg
 
 from services.query.context.budget import Block, fit_by_priority, tokens
-from services.query.context.models import ContextIn, ContextOut
+from services.query.context.command import ContextQuery
+from services.query.context.models import ContextOut
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
 from services.query.ranking.specs import CONTEXT_TURNS
 from services.query.ranking.turns import MessageHit, rank_turns
@@ -222,20 +223,20 @@ def allocation(
 
 
 async def assemble_auto(
-    pool: asyncpg.Pool, user_id: str, body: ContextIn, qv: QueryVector
+    pool: asyncpg.Pool, user_id: str, query: ContextQuery, qv: QueryVector
 ) -> ContextOut:
-    chat = body.chat.chat() if body.chat else None
+    chat = query.chat
     async with pool.acquire() as conn:
         member = await is_member(conn, user_id, chat) if chat else False
         turns = (
-            await past_turns(conn, user_id, body.message, qv, limit=turn_hits(body.token_budget))
-            if body.message.strip()
+            await past_turns(conn, user_id, query.message, qv, limit=turn_hits(query.token_budget))
+            if query.message.strip()
             else []
         )
         memories = await search_memories(
             conn,
             user_id,
-            query=body.message,
+            query=query.message,
             vector=qv.vector,
             model=qv.model,
             chat=chat,
@@ -261,9 +262,9 @@ async def assemble_auto(
     ]
     fitted = fit_by_priority(
         blocks,
-        body.token_budget,
+        query.token_budget,
         allocation(people, memories, turns),
-        caps={"known_people": people_cap(blocks[0], body.token_budget)},
+        caps={"known_people": people_cap(blocks[0], query.token_budget)},
     )
     kept_people = [people[i] for i in fitted.kept["known_people"]]
     kept_memories = [memories[i] for i in fitted.kept["memories"]]
@@ -272,7 +273,7 @@ async def assemble_auto(
         policy="auto",
         text=fitted.text,
         tokens=fitted.tokens,
-        token_budget=body.token_budget,
+        token_budget=query.token_budget,
         truncated=fitted.dropped,
         retrieval=qv.retrieval,
         warning=qv.warning,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncpg
 
 from services.query.context.auto import assemble_auto
-from services.query.context.models import ContextIn, ContextOut
+from services.query.context.command import ContextQuery
+from services.query.context.models import ContextOut
 from services.query.context.sections import assemble_sections
 from services.query.context.summary import assemble_summary
 from services.query.context.theme_hints import HintCache, assemble_tools
@@ -20,17 +21,17 @@ from shared.memory.vectors import ModelEmbedder
 async def build_context(
     pool: asyncpg.Pool,
     user_id: str,
-    body: ContextIn,
+    query: ContextQuery,
     *,
     embedder: ModelEmbedder | None,
     embedding_dim: int,
     hint_cache: HintCache,
 ) -> ContextOut:
-    if body.policy == "tools":
-        return await assemble_tools(pool, user_id, body, hint_cache)
-    if body.policy == "summary":
-        return await assemble_summary(pool, user_id, body)
-    qv = await embed_query(embedder, body.message, dim=embedding_dim)
-    if body.policy == "sections":
-        return await assemble_sections(pool, user_id, body, qv)
-    return await assemble_auto(pool, user_id, body, qv)
+    if query.policy == "tools":
+        return await assemble_tools(pool, user_id, query, hint_cache)
+    if query.policy == "summary":
+        return await assemble_summary(pool, user_id, query)
+    qv = await embed_query(embedder, query.message, dim=embedding_dim)
+    if query.policy == "sections":
+        return await assemble_sections(pool, user_id, query, qv)
+    return await assemble_auto(pool, user_id, query, qv)

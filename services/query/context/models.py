@@ -1,4 +1,4 @@
-"""The context request and answer."""
+"""The context request (HTTP and tool) and answer."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.query.context.command import ContextQuery, Policy
 from services.query.people_api import ChatIn
-
-Policy = Literal["auto", "tools", "summary", "sections"]
 
 
 class ContextIn(BaseModel):
@@ -30,6 +29,15 @@ class ContextIn(BaseModel):
         description="tools policy: theme hints are refreshed once per agent run "
         "(once per day without one)",
     )
+
+    def command(self) -> ContextQuery:
+        return ContextQuery(
+            message=self.message,
+            chat=self.chat.chat() if self.chat else None,
+            policy=self.policy,
+            token_budget=self.token_budget,
+            agent_run_id=self.agent_run_id,
+        )
 
 
 class ContextOut(BaseModel):

@@ -8,7 +8,8 @@ from typing import Any
 import asyncpg
 
 from services.query.context.budget import Block, fit_blocks
-from services.query.context.models import ContextIn, ContextOut
+from services.query.context.command import ContextQuery
+from services.query.context.models import ContextOut
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
 from services.query.ranking.specs import CONTEXT_MEMORIES
 from services.query.recall import QueryVector
@@ -64,15 +65,15 @@ def procedure_line(hit: MemoryHit) -> str:
 
 
 async def assemble_sections(
-    pool: asyncpg.Pool, user_id: str, body: ContextIn, qv: QueryVector
+    pool: asyncpg.Pool, user_id: str, query: ContextQuery, qv: QueryVector
 ) -> ContextOut:
-    chat = body.chat.chat() if body.chat else None
+    chat = query.chat
     async with pool.acquire() as conn:
         member = await is_member(conn, user_id, chat) if chat else False
         facts = await search_memories(
             conn,
             user_id,
-            query=body.message,
+            query=query.message,
             vector=qv.vector,
             model=qv.model,
             chat=chat,
@@ -84,7 +85,7 @@ async def assemble_sections(
         procedures = await search_memories(
             conn,
             user_id,
-            query=body.message,
+            query=query.message,
             vector=qv.vector,
             model=qv.model,
             chat=chat,
@@ -108,13 +109,13 @@ async def assemble_sections(
                 [procedure_line(h) for h in procedures],
             ),
         ],
-        body.token_budget,
+        query.token_budget,
     )
     return ContextOut(
         policy="sections",
         text=fitted.text,
         tokens=fitted.tokens,
-        token_budget=body.token_budget,
+        token_budget=query.token_budget,
         truncated=fitted.dropped,
         retrieval=qv.retrieval,
         warning=qv.warning,

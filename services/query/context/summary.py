@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncpg
 
 from services.query.context.budget import tokens
-from services.query.context.models import ContextIn, ContextOut
+from services.query.context.command import ContextQuery
+from services.query.context.models import ContextOut
 
 HEADER = "## What I remember about the user\n\n"
 
@@ -30,19 +31,19 @@ def cut(text: str, max_tokens: int) -> str:
     return (head[:i] if i > 0 else head).rstrip() + "…"
 
 
-async def assemble_summary(pool: asyncpg.Pool, user_id: str, body: ContextIn) -> ContextOut:
+async def assemble_summary(pool: asyncpg.Pool, user_id: str, query: ContextQuery) -> ContextOut:
     row = await pool.fetchrow(SUMMARY, user_id)
     if row is None or not row["summary"].strip():
-        return ContextOut(policy="summary", text="", tokens=0, token_budget=body.token_budget)
+        return ContextOut(policy="summary", text="", tokens=0, token_budget=query.token_budget)
     summary: str = row["summary"].strip()
-    room = body.token_budget - tokens(HEADER)
+    room = query.token_budget - tokens(HEADER)
     fitted = cut(summary, room) if room > 0 else ""
     text = HEADER + fitted if fitted else ""
     return ContextOut(
         policy="summary",
         text=text,
         tokens=tokens(text),
-        token_budget=body.token_budget,
+        token_budget=query.token_budget,
         truncated=0 if fitted == summary else 1,
         sections={
             "summary": [

@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 import asyncpg
 
 from services.query.context.budget import tokens
-from services.query.context.models import ContextIn, ContextOut
+from services.query.context.command import ContextQuery
+from services.query.context.models import ContextOut
 from services.query.memory_tool_specs import MEMORY
 from services.query.tool_specs import signature
 from shared.db import Conn
@@ -145,20 +146,20 @@ async def _fetch_hints(conn: Conn, user_id: str) -> Hints:
     )
 
 
-def _unavailable(body: ContextIn, why: str) -> ContextOut:
+def _unavailable(query: ContextQuery, why: str) -> ContextOut:
     return ContextOut(
         policy="tools",
         text=UNAVAILABLE,
         tokens=tokens(UNAVAILABLE),
-        token_budget=body.token_budget,
+        token_budget=query.token_budget,
         warning=why,
     )
 
 
 async def assemble_tools(
-    pool: asyncpg.Pool, user_id: str, body: ContextIn, cache: HintCache
+    pool: asyncpg.Pool, user_id: str, query: ContextQuery, cache: HintCache
 ) -> ContextOut:
-    run = body.agent_run_id or f"day:{datetime.now(UTC).date().isoformat()}"
+    run = query.agent_run_id or f"day:{datetime.now(UTC).date().isoformat()}"
     key = (user_id, run)
     hints = cache.get(key)
     cached = hints is not None
@@ -167,7 +168,7 @@ async def assemble_tools(
         async with pool.acquire() as conn:
             enabled = await conn.fetchval(MEMORY_ENABLED, user_id)
             if enabled is False:
-                return _unavailable(body, "memory is disabled for this user")
+                return _unavailable(query, "memory is disabled for this user")
             if hints is None:
                 try:
                     hints = await _fetch_hints(conn, user_id)
@@ -177,14 +178,14 @@ async def assemble_tools(
                     warning = f"theme hints unavailable ({type(exc).__name__}); hints omitted"
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         log.warning("memory database unavailable for the tools policy: %s", exc)
-        return _unavailable(body, f"memory database unavailable ({type(exc).__name__})")
+        return _unavailable(query, f"memory database unavailable ({type(exc).__name__})")
     text, shown = render(hints)
     themes = [{"slug": s, "name": n, "active": c} for s, n, c in (hints.themes if hints else [])]
     return ContextOut(
         policy="tools",
         text=text,
         tokens=tokens(text),
-        token_budget=body.token_budget,
+        token_budget=query.token_budget,
         truncated=max(0, (hints.total if hints else 0) - shown),
         warning=warning,
         sections={

@@ -2,17 +2,23 @@
 
 - matches the episode's ``summary_text`` (title, summary, key points, topics) by
   full text (any of the query's words, ``sql.or_tsquery``), and by meaning when a
-  query vector is given; scored by ``fusion.fuse`` under ``NOUS_EPISODES``
-  (``specs.py``): 70% cosine similarity + 30% ``ts_rank_cd / max``;
+  query vector is given: 70% cosine similarity + 30% ``ts_rank_cd / max``;
+- and through its own turns: the user's best turns for the query under the
+  messages' own ranking (``EPISODE_TURNS``: the ``fused`` rules, ``turns.py``),
+  an episode scoring its best turn's score (as a share of the best episode's);
+  a summary says what a session was mostly about, the turns hold the detail a
+  question asks for. Both scored by ``fusion.fuse`` under ``NOUS_EPISODES``
+  (``specs.py``): a fifth the summary, four fifths the turns. Turns are read
+  for the users whose episodes are visible and may be listed (the caller, or the
+  ones an admin names: others' turns by their words only, the query vector being
+  the caller's model's); an all-users admin read matches summaries only;
 - only episodes of ``visible_users`` (the caller's own id, or every user for an
   admin: None) and, when given, of ``user_filter``;
 - episodes of the current user rank higher (others' scores x 0.8, the spec's
   ``other_user_factor``);
-- a relevance floor: an episode is a candidate by meaning only at cosine
-  similarity >= 0.3 (or by a shared word), so a query no summary is about
-  returns few or none, not always ``limit`` (on LoCoMo conv-26, 80 questions:
-  8.2 returned on average instead of 10, the evidence session in the top 3 as
-  often as without the floor);
+- a relevance floor: an episode (or a turn) is a candidate by meaning only at
+  cosine similarity >= 0.3 (or by a shared word), so a query nothing is about
+  returns few or none, not always ``limit``;
 - each hit carries the user tag: ``[Tim] Checked weather for Silver Spring, MD``.
 """
 
@@ -27,12 +33,16 @@ from typing import Any
 from services.query.ranking.fusion import Candidate, RankSpec, fuse, ranked
 from services.query.ranking.specs import NOUS_EPISODES
 from services.query.ranking.sql import or_tsquery
+from services.query.ranking.turns import rank_turns
 from shared.db import Executor
 
 OTHER_USER_FACTOR = NOUS_EPISODES.other_user_factor
 
+# turn-searched users beyond this many (an admin's long list): summaries only
+MAX_TURN_USERS = 10
+
 # $1 visible users (NULL = all), $2 user filter, $3 query text, $4 query vector,
-# $5 candidates per signal
+# $5 candidates per signal, $6 episodes found through their turns
 RECALL = f"""
 WITH q AS (SELECT {or_tsquery("$3")} AS tsq),
 visible AS (
@@ -60,7 +70,8 @@ SELECT e.id, e.user_id, coalesce(e.display_name, u.display_name, e.user_id) AS d
            AS rank,
        CASE WHEN $4::vector IS NOT NULL AND e.embedding_state = 'ready'
             THEN (e.embedding <=> $4::vector)::float8 END AS dist
-FROM (SELECT id FROM text_hits UNION SELECT id FROM vector_hits) AS c
+FROM (SELECT id FROM text_hits UNION SELECT id FROM vector_hits
+      UNION SELECT v.id FROM visible v WHERE v.id = ANY($6::uuid[])) AS c
 JOIN episodes e ON e.id = c.id
 JOIN users u ON u.id = e.user_id, q
 """
@@ -135,10 +146,19 @@ async def recall_episodes(
             await pool.fetch(RECENT, users, user_filter, current_user_id, OTHER_USER_FACTOR, limit)
         )
     else:
-        found = await pool.fetch(RECALL, users, user_filter, text, vec, spec.k(limit))
+        through = await _best_turns(pool, spec, text, vec, current_user_id, users, user_filter)
+        found = await pool.fetch(
+            RECALL, users, user_filter, text, vec, spec.k(limit), list(through)
+        )
         by_id = {r["id"]: r for r in found}
         cands = [
-            Candidate(r["id"], rank=r["rank"], distance=r["dist"], owner=r["user_id"])
+            Candidate(
+                r["id"],
+                rank=r["rank"],
+                distance=r["dist"],
+                owner=r["user_id"],
+                turn=through.get(r["id"]),
+            )
             for r in found
         ]
         best = ranked(
@@ -166,3 +186,40 @@ async def recall_episodes(
             )
         )
     return hits
+
+
+async def _best_turns(
+    pool: Executor,
+    spec: RankSpec,
+    text: str,
+    vector: list[float] | None,
+    current_user_id: str,
+    users: list[str] | None,
+    user_filter: str | None,
+) -> dict[uuid.UUID, float]:
+    """Episode id -> the best score of its turns among each searched user's
+    ``turn_hits`` best turns for the query (under ``spec.turns``).
+
+    Searched: the filtered user, else each visible user (not an all-users read);
+    the query vector ranks only the caller's own turns (another user's vectors may
+    come from another model), theirs by words alone."""
+    if spec.turns is None or spec.w_turn <= 0 or not text.strip():
+        return {}
+    if user_filter is not None:
+        searched = [user_filter] if users is None or user_filter in users else []
+    else:
+        searched = users if users is not None and len(users) <= MAX_TURN_USERS else []
+    best: dict[uuid.UUID, float] = {}
+    for user in searched:
+        hits = await rank_turns(
+            pool,
+            spec.turns,
+            user_id=user,
+            query=text,
+            vector=vector if user == current_user_id else None,
+            limit=spec.turn_hits,
+        )
+        for h in hits:
+            episode = uuid.UUID(h.episode_id)
+            best[episode] = max(best.get(episode, 0.0), h.score)
+    return best

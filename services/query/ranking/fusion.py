@@ -17,6 +17,9 @@ second formula:
 - ``combine``: ``w_sem * semantic + w_lex * lexical`` (divided by the weights in
   play, so a signal with no candidate at all drops out and the other alone still
   scores in [0, 1]), or reciprocal-rank fusion ``Σ w / (60 + position)``;
+- ``w_turn`` / ``turns``: a row that holds turns (an episode) is also scored by
+  its best turn under the ``turns`` spec (the messages' own ranking), as a share
+  of the best such turn among the candidates, weighted beside the other two;
 - ``other_user_factor``: Nous's current-user boost (others' scores times it);
 - ``relative_floor``: hits scoring below that share of the best are dropped;
 - the turn rules (``neighbours``, ``date_lift``, ``speaker_lift``,
@@ -63,6 +66,11 @@ class RankSpec:
     relative_floor: float = 0.0
     # Nous: a row of another user than the caller scores this share of its score
     other_user_factor: float = 1.0
+    # a row holding turns (an episode) found through them: the weight of its best
+    # turn's score under ``turns`` (the messages' ranking), read from ``turn_hits`` turns
+    w_turn: float = 0.0
+    turns: RankSpec | None = None
+    turn_hits: int = 50
     # turn rules: the share of a neighbour's score 1, 2, ... turns away; the lift
     # of a turn inside a period the query names; the share of its own score a
     # question keeps and the share of it the turn right after gains; how much a
@@ -134,6 +142,7 @@ class Candidate(Generic[K]):
     score: float = 0.0
     similarity: float | None = None
     found: bool = True  # False: a turn reached only as a neighbour
+    turn: float | None = None  # the best score of the row's own turns (an episode's)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -180,8 +189,10 @@ def admit(spec: RankSpec, candidates: Iterable[Candidate[K]]) -> list[Candidate[
             c.distance, c.sem_pos = None, None
         if spec.w_lex <= 0:
             c.rank, c.lex_pos = None, None
+        if spec.w_turn <= 0:
+            c.turn = None
         matched = c.rank is not None and (c.rank > 0 or c.lex_pos is not None)
-        if c.distance is not None or matched or spec.recent_per_hit > 0:
+        if c.distance is not None or matched or c.turn is not None or spec.recent_per_hit > 0:
             out.append(c)
     return out
 
@@ -200,19 +211,26 @@ def fuse(
     cands = admit(spec, candidates)
     lex = {c.id: c.rank for c in cands if c.rank is not None}
     sem = {c.id: _semantic_value(spec, c.distance) for c in cands if c.distance is not None}
+    turn = {c.id: c.turn for c in cands if c.turn is not None}
     w_sem = spec.w_sem if sem else 0.0
     w_lex = spec.w_lex if lex else 0.0
+    w_turn = spec.w_turn if turn else 0.0
     lex_n = _normalise(lex, spec.lexical_norm)
     sem_n = _normalise(sem, spec.semantic_norm)
+    turn_n = _normalise(turn, "max")
     for c in cands:
-        if w_sem + w_lex == 0:
+        if w_sem + w_lex + w_turn == 0:
             score = 0.0
         elif spec.combine == "rrf":
             s = w_sem / (RRF_K + c.sem_pos) if c.sem_pos is not None else 0.0
             s += w_lex / (RRF_K + c.lex_pos) if c.lex_pos is not None else 0.0
-            score = s / ((w_sem + w_lex) / (RRF_K + 1.0))
+            score = s / ((w_sem + w_lex) / (RRF_K + 1.0)) if w_sem + w_lex else 0.0
         else:
-            score = (w_sem * sem_n.get(c.id, 0.0) + w_lex * lex_n.get(c.id, 0.0)) / (w_sem + w_lex)
+            score = (
+                w_sem * sem_n.get(c.id, 0.0)
+                + w_lex * lex_n.get(c.id, 0.0)
+                + w_turn * turn_n.get(c.id, 0.0)
+            ) / (w_sem + w_lex + w_turn)
         if current_user is not None and c.owner is not None and c.owner != current_user:
             score *= spec.other_user_factor
         c.score = score

@@ -12,9 +12,11 @@ A seed's rule is a field here, not a code path (``fusion.py`` reads them all):
 - ``CONTEXT_TURNS``: ``/v1/context`` past turns: the messages ``fused`` rules,
   with Ash's 0.3 floor on the semantic side (and no lexical side for a user
   with more than 5,000 turns, for latency);
-- ``NOUS_EPISODES``: episode recall: 70/30 (cosine, ``rank/max``), other users'
-  episodes x 0.8 (the current-user boost), a relevance floor (Ash's 0.3 on the
-  semantic side: an episode is found by meaning only at cosine >= 0.3);
+- ``NOUS_EPISODES``: episode recall: 20% the summary, 70/30 (cosine,
+  ``rank/max``), 80% the episode's best turn under ``EPISODE_TURNS`` (the
+  ``fused`` rules); other users' episodes x 0.8 (the current-user boost), a
+  relevance floor (Ash's 0.3 on the semantic side of both: an episode or a turn
+  is found by meaning only at cosine >= 0.3);
 - ``MESSAGE_MODES``: ``/v1/messages/search`` by ``mode``: ``fused`` (the
   default), ``hybrid`` (Nova's), ``rrf``, ``fts``, ``bm25``, ``semantic``.
 """
@@ -50,19 +52,6 @@ CONTEXT_MEMORIES = ASH_RECALL.but(
     relative_floor=0.5,
 )
 
-NOUS_EPISODES = RankSpec(
-    "episodes",
-    w_sem=0.7,
-    w_lex=0.3,
-    lexical="ts_rank_cd",
-    lexical_norm="max",
-    semantic="cosine",
-    semantic_norm="clamp",
-    candidates=200,
-    other_user_factor=0.8,
-    min_similarity=MIN_MESSAGE_SIMILARITY,
-)
-
 MessageMode = Literal["fused", "hybrid", "rrf", "fts", "bm25", "semantic"]
 
 # the messages default: BM25 (speaker included) and cosine, min-max, 0.6 / 0.4, read
@@ -84,6 +73,30 @@ FUSED = RankSpec(
     burst_gap_s=300.0,
     reach=12,
     speaker_lift=0.2,
+)
+
+# an episode is also found through its own turns: the messages' default ranking, with
+# Ash's 0.3 floor on its semantic side (a turn is found by meaning only at cosine >= 0.3)
+EPISODE_TURNS = FUSED.but(name="episodes.turns", min_similarity=MIN_MESSAGE_SIMILARITY)
+
+# Nous's 70/30 summary match (cosine, rank / max) is a fifth of the score; four fifths
+# are the episode's best turn among the 50 best turns of the user (as a share of the
+# best episode's): on LoCoMo the evidence session in the top 3 went 0.424 -> 0.831
+# (tuning half) and 0.497 -> 0.836 (check half), docs/retrieval.md
+NOUS_EPISODES = RankSpec(
+    "episodes",
+    w_sem=0.14,
+    w_lex=0.06,
+    w_turn=0.8,
+    turns=EPISODE_TURNS,
+    turn_hits=50,
+    lexical="ts_rank_cd",
+    lexical_norm="max",
+    semantic="cosine",
+    semantic_norm="clamp",
+    candidates=200,
+    other_user_factor=0.8,
+    min_similarity=MIN_MESSAGE_SIMILARITY,
 )
 
 MESSAGE_MODES: dict[MessageMode, RankSpec] = {
@@ -110,6 +123,7 @@ SURFACES: dict[str, RankSpec] = {
         ASH_RECALL,
         CONTEXT_MEMORIES,
         NOUS_EPISODES,
+        EPISODE_TURNS,
         CONTEXT_TURNS,
         *MESSAGE_MODES.values(),
     )

@@ -29,7 +29,7 @@ async def context(
     return await build_context(
         pool,
         user_id,
-        body,
+        body.command(),
         embedder=embedder,
         embedding_dim=settings.embedding_dim,
         hint_cache=request.app.state.hint_cache,

@@ -24,7 +24,7 @@ router = APIRouter(prefix="/v1/episodes", tags=["episodes (Nous)"])
 async def search(body: RecallIn, user_id: UserId, pool: Pool, state: State) -> dict[str, Any]:
     """The acting user's episodes, best first, each with its user tag line
     (``[Tim] Checked weather for Silver Spring, MD``)."""
-    return await recall(state, pool, user_id=user_id, body=body)
+    return await recall(state, pool, user_id=user_id, query=body.query, limit=body.limit)
 
 
 @router.get("", summary="The acting user's episodes, newest first", response_model=R.EpisodeListOut)
