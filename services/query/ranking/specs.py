@@ -72,7 +72,6 @@ FUSED = RankSpec(
     full_length=20,
     burst_gap_s=300.0,
     reach=12,
-    speaker_lift=0.2,
 )
 
 # an episode is also found through its own turns: the messages' default ranking, with
