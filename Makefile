@@ -19,11 +19,13 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/engram run
 
+# Two workers (pytest-xdist), each with its own PostgreSQL, Redis and data directory.
+WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -n $(WORKERS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -ra -m "not slow"
+	$(BIN)/python -m pytest -q -ra -n $(WORKERS) -m "not slow"
 
 # The reliability suite alone (also part of `make test`); ENGRAM_CHAOS_SCALE=10 for a long run.
 test-chaos: $(STAMP)

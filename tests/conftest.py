@@ -3,6 +3,13 @@
 Set ENGRAM_TEST_DATABASE_URL / ENGRAM_TEST_REDIS_URL to run against other servers
 (the database must have pgvector; it is migrated). Each test gets its own stream
 prefix and random user ids, so tests never see each other's data.
+
+In parallel (``make test``: pytest-xdist, ``-n 2 --dist loadgroup``) each worker is a
+process of its own with its own PostgreSQL, Redis and data directory (these session
+fixtures run once per worker); only the int8 model's export is shared, made once under
+a file lock. A module's tests stay on one worker (its module fixtures -- a query
+service, Chromium, ``engram run`` -- start once), the chaos suite is one group (one
+stack), and the groups that take longest are handed out first.
 """
 
 from __future__ import annotations
@@ -125,12 +132,60 @@ def user_id() -> str:
     return f"user-{uuid.uuid4().hex[:12]}"
 
 
+# Handed out first in a parallel run, longest first (measured with --durations on a
+# fresh clone); every other module follows in collection order.
+LONGEST_FIRST = (
+    "tests/chaos/",
+    "tests/ops/",
+    "tests/browser/",
+)
+
+
+def _group(nodeid: str) -> str:
+    """The xdist group of a test: the chaos suite is one (one stack), else its module."""
+    path = nodeid.split("::", 1)[0]
+    return "chaos" if path.startswith("tests/chaos/") else path
+
+
+def _rank(nodeid: str) -> int:
+    return next(
+        (i for i, prefix in enumerate(LONGEST_FIRST) if nodeid.startswith(prefix)),
+        len(LONGEST_FIRST),
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # one process: collection order
+    items.sort(key=lambda item: _rank(item.nodeid))  # stable: modules keep their order
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item.nodeid)))
+
+
 MISSING_TOOL_WORDS = ("chromium is missing", "prometheus is missing")
+
+# The reliability table of tests/chaos: rows from the tests' reports, which reach this
+# process from a parallel run's workers too (tests/chaos/conftest.py attaches them).
+RELIABILITY_PROPERTY = "reliability"
+RELIABILITY: dict[str, tuple[str, str]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, rows in report.user_properties:
+        if name == RELIABILITY_PROPERTY:
+            RELIABILITY.update({check: (value, note) for check, value, note in rows})
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Say loudly when tests were skipped because a Debian package is missing (they are
-    part of the suite: `.ci/run` installs chromium and prometheus)."""
+    """The reliability table, if the chaos suite ran; and say loudly when tests were
+    skipped because a Debian package is missing (they are part of the suite: `.ci/run`
+    installs chromium and prometheus)."""
+    if RELIABILITY:
+        terminalreporter.section("reliability (tests/chaos)")
+        width = max(len(k) for k in RELIABILITY)
+        for check, (value, note) in RELIABILITY.items():
+            terminalreporter.write_line(f"{check:<{width}}  {value:>10}  {note}")
     skipped = terminalreporter.stats.get("skipped", [])
     missing = [
         r

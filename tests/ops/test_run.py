@@ -55,6 +55,11 @@ class RunningStack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
     data = tmp_path_factory.mktemp("engram-run")
+    # the int8 export is the checkout's, as for every test session (tests/conftest.py):
+    # its first-start export has its own tests (tests/embedder/test_local_onnx.py)
+    models = ROOT / ".engram" / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    (data / "models").symlink_to(models)
     ports = {n: free_port() for n in ("query", "ingest", "embedder", "extractor", "redis")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update(
