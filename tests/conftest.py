@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from engram_cli.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from shared.db import connect, create_pool
 from shared.migrate import migrate
 from shared.settings import CommonSettings
+from tests.support import MODELS
 
 S = TypeVar("S", bound=CommonSettings)
 
@@ -40,6 +42,40 @@ class Infra:
     database_url: str
     redis_url: str
     data_dir: Path
+
+
+_export: threading.Thread | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """On a fresh checkout, export the int8 model in the background from the start (in
+    the one process, or a parallel run's controller): the tests that load it wait on the
+    export's file lock instead of paying for it inside their own timeout, and the tests
+    before them run meanwhile."""
+    global _export
+    if os.environ.get("PYTEST_XDIST_WORKER") or session.config.option.collectonly:
+        return
+    try:
+        from shared.embeddings import local_onnx
+
+        if local_onnx.cached_path(MODELS).exists():
+            return
+    except Exception:  # no 'local' extra: the tests that need the model say so
+        return
+
+    def export() -> None:
+        try:
+            local_onnx.ensure_exported(MODELS)
+        except Exception:  # the first test that loads the model reports it
+            pass
+
+    _export = threading.Thread(target=export, name="int8-export", daemon=True)
+    _export.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _export is not None:
+        _export.join()  # leave no export process behind
 
 
 @pytest.fixture(scope="session")
@@ -67,9 +103,8 @@ def infra() -> Iterator[Infra]:
 
     asyncio.run(_migrate())
     # The int8 model's export is cached per checkout, not made anew per test session.
-    shared_models = Path(__file__).resolve().parent.parent / ".engram" / "models"
-    shared_models.mkdir(parents=True, exist_ok=True)
-    (tmp / "models").symlink_to(shared_models)
+    MODELS.mkdir(parents=True, exist_ok=True)
+    (tmp / "models").symlink_to(MODELS)
     try:
         yield Infra(database_url=db_url, redis_url=redis_url, data_dir=tmp)
     finally:
