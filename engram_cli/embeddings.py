@@ -10,14 +10,14 @@ from tqdm import tqdm
 
 from engram_cli.embedded import with_running_stack
 from shared.db import create_pool
-from shared.embeddings.lifecycle import (
+from shared.embeddings.providers import close_default_registry
+from shared.embeddings.rebuild import (
     count_missing,
     embed_missing,
     rebuild_count,
     rebuild_progress,
     start_rebuild,
 )
-from shared.embeddings.providers import close_default_registry
 from shared.embeddings.settings import EmbeddingSettings
 from shared.streams import Publisher
 

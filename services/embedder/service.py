@@ -17,7 +17,7 @@ import asyncpg
 
 from services.embedder.metrics import EmbedderMetrics
 from services.embedder.settings import EmbedderSettings
-from shared.embeddings import lifecycle, store
+from shared.embeddings import rebuild, store
 from shared.embeddings.guard import Guards
 from shared.embeddings.pipeline import Item, Options, Outcome, embed_items
 from shared.embeddings.providers import ProviderConfig, ProviderRegistry
@@ -192,7 +192,7 @@ async def refresh_gauges(pool: asyncpg.Pool, metrics: EmbedderMetrics) -> None:
     """Rows pending and in error per table; rebuild progress (finishing done rebuilds)."""
     for (table, state), sql in COUNT_STATE.items():
         metrics.rows_state.labels(table, state).set(int(await pool.fetchval(sql) or 0))
-    active = await lifecycle.active_rebuilds(pool)
+    active = await rebuild.active_rebuilds(pool)
     metrics.rebuilds_active.set(len(active))
     metrics.rebuild_total.set(sum(s.total for s in active))
     metrics.rebuild_remaining.set(sum(s.pending for s in active))

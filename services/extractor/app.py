@@ -8,7 +8,7 @@ from datetime import timedelta
 import httpx
 from fastapi import FastAPI
 
-from services.extractor import service
+from services.extractor import service, stale_sweep
 from services.extractor.metrics import ExtractorMetrics
 from services.extractor.settings import ExtractorSettings
 from shared.embeddings import close_default_registry, resolve_embedder
@@ -65,7 +65,7 @@ def create_app(
     idle = timedelta(minutes=settings.stale_window_minutes)
 
     async def sweep() -> None:
-        await service.sweep(
+        await stale_sweep.sweep(
             rt.pool, rt.publisher, idle=idle, batch=settings.sweep_batch, metrics=metrics
         )
 

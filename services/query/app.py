@@ -12,7 +12,7 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import Histogram
 
 from services.query import edges, faults, rpc
-from services.query.context.tools import HintCache
+from services.query.context.theme_hints import HintCache
 from services.query.decision_guard import Rewrite
 from services.query.embedding import Resolver, default_resolver, embed_query
 from services.query.facts_service import has_trigram

@@ -1,7 +1,7 @@
 """The ``memory`` (Nova) and ``memory_facts`` (Navi) tools: each operation and its request model.
 
 The tool schemas (``services.query.toolbox``) and the context's tool guidance
-(``services.query.context.tools``) are both built from these specs.
+(``services.query.context.theme_hints``) are both built from these specs.
 """
 
 from __future__ import annotations

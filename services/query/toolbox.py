@@ -19,13 +19,13 @@ from pydantic import BaseModel, ValidationError
 
 from services.query import facts_service as fs
 from services.query import memory_service as ms
-from services.query.context.tools import HintCache
-from services.query.context_tools import CONTEXT_SPECS, call_context_tool
-from services.query.context_tools import NAMES as CONTEXT_TOOL_NAMES
+from services.query.context.theme_hints import HintCache
+from services.query.context_tool_calls import CONTEXT_SPECS, call_context_tool
+from services.query.context_tool_calls import NAMES as CONTEXT_TOOL_NAMES
 from services.query.embedding import user_embedder
 from services.query.memory_tool_specs import FACTS, MEMORY, Nothing
-from services.query.people_tools import NAMES as PEOPLE_TOOL_NAMES
-from services.query.people_tools import PEOPLE_SPECS, call_people_tool
+from services.query.people_tool_calls import NAMES as PEOPLE_TOOL_NAMES
+from services.query.people_tool_calls import PEOPLE_SPECS, call_people_tool
 from services.query.schemas import (
     AddIn,
     FactIn,

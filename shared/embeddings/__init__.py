@@ -1,4 +1,4 @@
-"""Embeddings: providers behind one ``Embedder`` interface, per-user settings, lifecycle.
+"""Embeddings: providers behind one ``Embedder`` interface, per-user settings, rebuild.
 
 For callers (the query service, the CLI, the embedder service):
 
@@ -6,7 +6,7 @@ For callers (the query service, the CLI, the embedder service):
   full-text-only mode); ``await embedder.embed([query])`` → one vector;
   ``fit_to_column(vector, settings.embedding_dim)`` before comparing in SQL.
 - ``get/put_provider_settings``, ``probe_endpoint``: the settings API.
-- ``shared.embeddings.lifecycle``: rebuild-total and backfill.
+- ``shared.embeddings.rebuild``: rebuild-total and backfill.
 """
 
 from shared.embeddings.base import DimensionTooLarge, Embedder, fit_to_column

@@ -236,7 +236,7 @@ async def put_provider_settings(
     pool: asyncpg.Pool, user_id: str, new: ProviderSettingsIn, settings: CommonSettings
 ) -> ProviderSettingsOut:
     """Store a user's settings (the API key encrypted). Starting a rebuild is the caller's
-    next step (``shared.embeddings.lifecycle``), after showing how many rows it touches."""
+    next step (``shared.embeddings.rebuild``), after showing how many rows it touches."""
     s = as_embedding_settings(settings)
     if new.endpoint_url:
         await check_endpoint(new.endpoint_url, s.embedding_endpoint_allow)

@@ -11,8 +11,8 @@ import asyncpg
 import pytest
 
 from services.extractor.app import create_app as extractor_app
-from services.extractor.service import sweep
 from services.extractor.settings import ExtractorSettings
+from services.extractor.stale_sweep import sweep
 from services.ingest.app import create_app as ingest_app
 from services.ingest.settings import IngestSettings
 from shared.events import EpisodeClosed

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.query.context.models import ContextIn
-from services.query.context.tools import HintCache, assemble_tools
+from services.query.context.theme_hints import HintCache, assemble_tools
 from shared.db import create_pool
 from shared.memory.writer import NewItem, insert_items
 from tests.people.conftest import DownEmbedder, as_user, make_app

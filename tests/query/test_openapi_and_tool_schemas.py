@@ -8,7 +8,7 @@ import pytest
 
 from services.query import toolbox
 from services.query.app import create_app
-from services.query.context.tools import INSTRUCTIONS
+from services.query.context.theme_hints import INSTRUCTIONS
 from services.query.schemas import CONFIDENCE_BY_SOURCE
 from services.query.settings import QuerySettings
 from services.query.tool_specs import signature

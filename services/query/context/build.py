@@ -12,7 +12,7 @@ from services.query.context.auto import assemble_auto
 from services.query.context.models import ContextIn, ContextOut
 from services.query.context.sections import assemble_sections
 from services.query.context.summary import assemble_summary
-from services.query.context.tools import HintCache, assemble_tools
+from services.query.context.theme_hints import HintCache, assemble_tools
 from services.query.recall import embed_query
 from shared.memory.vectors import ModelEmbedder
 

@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 from services.query import toolbox
 from services.query.auth import acting_user, principal
 from services.query.mcp.server import ToolFailed, build_server
-from services.query.routes.tools import tool_context
+from services.query.routes.tool_calls import tool_context
 from shared.runtime import Runtime
 
 PATH = "/mcp"

@@ -14,7 +14,7 @@ ROUTER_MODULES = [
     "services.query.routes.facts",
     "services.query.routes.jarvus",
     "services.query.routes.checkpoints",
-    "services.query.routes.tools",
+    "services.query.routes.tool_calls",
     "services.query.routes.users",
     "services.query.routes.admin",
     "services.query.routes.embeddings",

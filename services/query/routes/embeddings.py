@@ -27,14 +27,14 @@ from shared.embeddings import (
     put_provider_settings,
     resolve_config,
 )
-from shared.embeddings.lifecycle import (
+from shared.embeddings.outbound import EndpointRefused
+from shared.embeddings.rebuild import (
     RebuildCount,
     RebuildStatus,
     rebuild_count,
     rebuild_progress,
     start_rebuild,
 )
-from shared.embeddings.outbound import EndpointRefused
 from shared.embeddings.user_settings import stored_api_key
 from shared.errors import InvalidRequest
 

@@ -29,9 +29,9 @@ from shared.embeddings import (
     put_provider_settings,
     resolve_config,
 )
-from shared.embeddings.lifecycle import rebuild_count, rebuild_progress, start_rebuild
 from shared.embeddings.outbound import EndpointRefused
 from shared.embeddings.providers import system_config
+from shared.embeddings.rebuild import rebuild_count, rebuild_progress, start_rebuild
 from shared.embeddings.user_settings import as_embedding_settings, stored_api_key
 from shared.settings import CommonSettings
 

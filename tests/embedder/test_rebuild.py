@@ -11,14 +11,14 @@ import redis.asyncio as aioredis
 from services.embedder import service
 from services.embedder.settings import EmbedderSettings
 from shared.embeddings import ProviderSettingsIn, put_provider_settings
-from shared.embeddings.lifecycle import (
+from shared.embeddings.providers import ProviderRegistry
+from shared.embeddings.rebuild import (
     count_missing,
     embed_missing,
     rebuild_count,
     rebuild_progress,
     start_rebuild,
 )
-from shared.embeddings.providers import ProviderRegistry
 from shared.errors import InvalidRequest
 from shared.events import embed_adapter
 from shared.streams import Delivery, Publisher

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from services.query.context.build import build_context
 from services.query.context.models import ContextIn
-from services.query.context.tools import HintCache
+from services.query.context.theme_hints import HintCache
 from services.query.episode_recall import RecallIn, recall
 from services.query.state import QueryState
 from services.query.tool_specs import ToolSpec, neutral
