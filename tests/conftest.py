@@ -4,7 +4,7 @@ Set ENGRAM_TEST_DATABASE_URL / ENGRAM_TEST_REDIS_URL to run against other server
 (the database must have pgvector; it is migrated). Each test gets its own stream
 prefix and random user ids, so tests never see each other's data.
 
-In parallel (``make test``: pytest-xdist, ``-n 2 --dist loadgroup``) each worker is a
+In parallel (``make test``: pytest-xdist, ``-n 2``) each worker is a
 process of its own with its own PostgreSQL, Redis and data directory (these session
 fixtures run once per worker); only the int8 model's export is shared, made once under
 a file lock. A module's tests stay on one worker (its module fixtures -- a query
@@ -178,7 +178,8 @@ LONGEST_FIRST = (
 
 
 def _group(nodeid: str) -> str:
-    """The xdist group of a test: the chaos suite is one (one stack), else its module."""
+    """The work unit of a test in a parallel run: the chaos suite is one (one stack),
+    else its module (its module fixtures start once)."""
     path = nodeid.split("::", 1)[0]
     return "chaos" if path.startswith("tests/chaos/") else path
 
@@ -190,13 +191,24 @@ def _rank(nodeid: str) -> int:
     )
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # one process: collection order
-    items.sort(key=lambda item: _rank(item.nodeid))  # stable: modules keep their order
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item.nodeid)))
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the order the units are handed out in
+        items.sort(key=lambda item: _rank(item.nodeid))  # stable: modules keep theirs
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope`` (pyproject's addopts) with our units: xdist's ``loadgroup``
+    cannot regroup tests under pytest 9 (it rewrites a node id pytest no longer reads)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return Units(config, log)
 
 
 MISSING_TOOL_WORDS = ("chromium is missing", "prometheus is missing")

@@ -91,7 +91,9 @@ class Stack:
 
     def add_all(self, counts: dict[str, int], **extra: str) -> list[Instance]:
         """Start ``counts[service]`` instances of each service at once, then wait until
-        every one is up (they start side by side, not one service after another)."""
+        every one is up (they start side by side, not one service after another; the
+        batch has the time that one start after another had, 90 s a service)."""
+        deadline = time.monotonic() + 90.0 * len(counts)
         made = []
         for service, n in counts.items():
             for i in range(n):
@@ -100,7 +102,7 @@ class Stack:
                 inst.start()
                 made.append(inst)
         for inst in made:
-            inst.wait_up()
+            inst.wait_up(max(1.0, deadline - time.monotonic()))
         self.instances.extend(made)
         return made
 
