@@ -18,6 +18,7 @@ COMMANDS = [
     "engram_cli.inspect",
     "engram_cli.embeddings",
     "engram_cli.keys",
+    "engram_cli.users",
     "engram_cli.mcp",
 ]
 

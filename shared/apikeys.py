@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from shared.db import Executor, audit
+from shared.erasure import refuse_erased
 from shared.errors import NotFound
 
 KEY_PREFIX = "eg_"
@@ -40,12 +41,15 @@ async def create_key(
     is_admin: bool = False,
     name: str | None = None,
 ) -> tuple[ApiKey, str]:
-    """Create a key (and its user, if new); return the key and its secret, shown once."""
+    """Create a key (and its user, if new); return the key and its secret, shown once.
+
+    Raises :class:`~shared.errors.UserErased` for an erased user."""
     if not is_admin and not user_id:
         raise ValueError("a user key needs a user id")
     prefix = secrets.token_hex(4)
     secret = f"{KEY_PREFIX}{prefix}_{secrets.token_urlsafe(24)}"
     if user_id is not None:
+        await refuse_erased(conn, user_id)  # until an admin re-enables the id
         await conn.execute(
             "INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING", user_id
         )

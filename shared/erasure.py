@@ -9,6 +9,9 @@ with ingest, and removing a user's entries from the Redis streams.
   So a batch in flight when the erasure starts finishes first and is erased
   with the rest, and a batch that starts after reads the tombstone and drops
   those turns: nothing comes back.
+- Nothing else is stored for a tombstoned user either: the query service
+  refuses an admin key acting for one (410), and a key is not created for one
+  (:func:`refuse_erased`, the one check); :func:`reenable_user` lifts it.
 - After the commit every engram stream (every key under the stream prefix,
   the dead-letter stream included) is swept and the user's entries deleted.
 """
@@ -23,7 +26,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared.db import Executor
+from shared.db import Executor, audit
+from shared.errors import NotFound, UserErased
 from shared.settings import CommonSettings
 from shared.streams import Publisher
 
@@ -71,9 +75,35 @@ async def is_erased(conn: Executor, user_id: str) -> bool:
     return bool(await conn.fetch(ERASED, [tombstone_hash(user_id)]))
 
 
-async def reenable(conn: Executor, user_id: str) -> bool:
-    """Remove the tombstone: the user's new events are stored again. False if none."""
-    return await conn.fetchval(REENABLE, tombstone_hash(user_id)) is not None
+async def refuse_erased(conn: Executor, user_id: str) -> None:
+    """Raise :class:`UserErased` if ``user_id`` is tombstoned (the id is not repeated)."""
+    if await is_erased(conn, user_id):
+        raise UserErased(
+            "this user was erased; nothing is stored for it until an admin re-enables "
+            "the id (POST /v1/users/{id}/reenable, or engram users reenable ID)"
+        )
+
+
+def audit_hash(user_id: str) -> str:
+    """What the audit log keeps of an erased or re-enabled user's id."""
+    return hashlib.sha256(user_id.encode()).hexdigest()[:16]
+
+
+async def reenable_user(conn: Executor, *, user_id: str, actor: str = "admin") -> None:
+    """Remove the tombstone (audited): the user's new events are stored again.
+
+    NotFound if the id was not erased."""
+    if await conn.fetchval(REENABLE, tombstone_hash(user_id)) is None:
+        raise NotFound("no erased user with this id")
+    await audit(
+        conn,
+        user_id=None,
+        actor=actor,
+        action="reenable",
+        entity="user",
+        entity_id=None,
+        details={"user_hash": audit_hash(user_id)},
+    )
 
 
 def _owned_by(raw: bytes | None, user_id: str) -> bool:
@@ -125,7 +155,4 @@ async def purge_streams(
 async def forget_entries(publisher: Publisher, stream: str, entry_ids: Sequence[str]) -> None:
     """Delete entries a writer dropped for an erased user, so their content does not
     linger in the stream until it is trimmed."""
-    if entry_ids:
-        # Publisher keeps its client private; this is the one other writer of streams.
-        redis: aioredis.Redis = publisher._redis  # noqa: SLF001
-        await redis.xdel(publisher._settings.stream(stream), *entry_ids)  # noqa: SLF001
+    await publisher.delete(stream, entry_ids)

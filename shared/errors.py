@@ -8,6 +8,7 @@ EngramError
 ├── InvalidEvent         an event that cannot be parsed or validated: dead-letter it at once
 ├── InvalidModelOutput   a language model kept answering with output that breaks its schema
 ├── NotFound             the thing asked for does not exist for this user
+├── UserErased           the user was erased; nothing is stored for them until re-enabled
 └── InvalidRequest       a caller's input breaks a rule (maps to HTTP 4xx)
 
 ``retryable`` says whether trying the same work later can succeed: True for an
@@ -63,6 +64,11 @@ class InvalidModelOutput(EngramError):
 
 class NotFound(EngramError):
     """The requested object does not exist for this user."""
+
+
+class UserErased(EngramError):
+    """The user was erased (``DELETE /v1/users/{id}``): nothing is stored for the id
+    until an admin re-enables it (``engram users reenable ID``)."""
 
 
 class InvalidRequest(EngramError):

@@ -108,6 +108,19 @@ class Publisher:
             raise InfrastructureError(f"cannot publish to {', '.join(keys)}: {exc}") from exc
         return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
 
+    async def delete(self, stream: str, entry_ids: Sequence[str]) -> int:
+        """XDEL ``entry_ids`` from ``stream`` (a logical name); return how many were there.
+
+        For entries whose content must not linger until the stream is trimmed (the
+        turns of an erased user that a writer dropped)."""
+        if not entry_ids:
+            return 0
+        key = self._settings.stream(stream)
+        try:
+            return int(await self._redis.xdel(key, *entry_ids))
+        except (aioredis.RedisError, OSError) as exc:
+            raise InfrastructureError(f"cannot delete entries from {key}: {exc}") from exc
+
     async def publish_raw(self, stream: str, payloads: Sequence[bytes]) -> list[str]:
         """XADD already-encoded JSON payloads (``engram publish``, dead-letter replay)."""
         key = self._settings.stream(stream)

@@ -63,3 +63,12 @@ async def test_a_batch_slower_than_the_claim_window_is_not_taken_over(settings, 
         await rt.stop()
     assert sorted(t for batch in calls for t in batch) == ["t0", "t1"]  # each exactly once
     assert (await redis.xpending(settings.stream("turns"), "g"))["pending"] == 0
+
+
+async def test_the_publisher_deletes_named_entries_of_a_stream_and_no_others(settings, redis):
+    pub = Publisher(redis, settings)
+    ids = await pub.publish("turns", [_turn(0), _turn(1), _turn(2)])
+    assert await pub.delete("turns", [ids[0], ids[2], "1-1"]) == 2
+    assert await pub.delete("turns", []) == 0
+    left = await redis.xrange(settings.stream("turns"))
+    assert [e[0].decode() for e in left] == [ids[1]]

@@ -49,6 +49,8 @@ def create_app(
             dim=settings.embedding_dim,
             max_facts=settings.max_facts_per_episode,
             metrics=metrics,
+            parallel=settings.extract_parallel,
+            per_user=settings.extract_per_user,
         )
 
     async def stop(rt: Runtime) -> None:
@@ -72,11 +74,14 @@ def create_app(
     async def gauges() -> None:
         await service.refresh_gauges(rt.pool, metrics)
 
-    # Failure policy: an outage (the model server unreachable, timing out, 429 or
-    # 502-504 after the client's retries; PostgreSQL away) waits with backoff and is
-    # never dead-lettered; a refusal (HTTP 401/400, a 500 that keeps coming) is
-    # dead-lettered with its reason once delivered max_attempts times. Output that
-    # stays invalid is recorded on the episode (extraction_error), not retried.
+    # Failure policy: an outage (PostgreSQL away) waits with backoff and is never
+    # dead-lettered; the model unavailable (unreachable, timing out, 429 or 502-504
+    # after the client's retries, past its deadline or inline wait, its circuit open)
+    # does not reach the stream: the episode is summarised offline and asked of the
+    # model again later (services/extractor/service.py); a refusal (HTTP 401/400, a
+    # 500 that keeps coming) is dead-lettered with its reason once delivered
+    # max_attempts times. Output that stays invalid is recorded on the episode
+    # (extraction_error), not retried.
     rt.consume(
         stream="extract",
         group="extractor",

@@ -7,20 +7,29 @@ Guarantees:
   were stored after its last extraction (``turn_count`` changed, or
   ``last_active_at`` > ``extracted_at``); running twice changes nothing;
 - model output that stays invalid is recorded in ``episodes.extraction_error``
-  (the episode is not retried until it has new turns); an unreachable model or
-  database raises, so the stream retries the request later;
+  (the episode is not retried until it has new turns); an unreachable database
+  raises, so the stream retries the request later;
+- a model that is unavailable (down, past its deadline or its inline wait, its
+  circuit open: ``shared.guard``) never holds an episode up: it is summarised by
+  the offline extractor at once, marked ``fallback``, and stays due, so the
+  sweeper asks the model again once the stale window has passed;
+- one user never holds up another: a read's episodes are extracted several
+  users at once (``parallel``), at most ``per_user`` of one user's per read; the
+  rest go to the back of the stream;
 - the summary is stored with its embedding ``pending`` and an ``EmbedRequested``
   is published after the commit, as are the new facts'.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -30,9 +39,10 @@ from services.extractor.dates import resolve_relative_dates
 from services.extractor.facts import FactResult, apply_plan, plan_facts
 from services.extractor.metrics import ExtractorMetrics
 from services.extractor.narrative import regenerate_user_summary
-from shared.errors import EngramError, InvalidModelOutput
+from shared.errors import EngramError, InvalidModelOutput, ProviderError, ProviderUnavailable
 from shared.events import EmbedRequested, EmbedTarget, ExtractRequested, MemoryChanged
 from shared.llm.jobs import Extractor
+from shared.llm.offline import OfflineExtractor
 from shared.llm.offline import summarize as offline_summary
 from shared.llm.schemas import EpisodeSummary
 from shared.llm.transcript import Transcript, from_messages
@@ -51,6 +61,7 @@ LOAD_EPISODE = """
 SELECT e.id, e.user_id, e.status, e.started_at, e.last_active_at, e.turn_count,
        e.extracted_at, e.extracted_turn_count, e.extraction_error,
        coalesce(e.display_name, u.display_name) AS user_name,
+       e.summary->>'fallback' AS fallback,
        extract(epoch FROM now() - e.extract_due_since)::float8 AS waited_s
 FROM episodes e JOIN users u ON u.id = e.user_id
 WHERE e.id = $1 AND e.user_id = $2
@@ -73,8 +84,9 @@ STORE_SUMMARY = """
 UPDATE episodes
 SET summary = $3, summary_text = $4, extracted_at = greatest(now(), last_active_at),
     extracted_turn_count = $5, extraction_error = $6,
-    extract_due = turn_count IS DISTINCT FROM $5,
-    extract_due_since = CASE WHEN turn_count IS DISTINCT FROM $5 THEN extract_due_since END,
+    extract_due = turn_count IS DISTINCT FROM $5 OR $7,
+    extract_due_since = CASE WHEN turn_count IS DISTINCT FROM $5 OR $7
+                             THEN extract_due_since END,
     embedding_state = 'pending', embedding_error = NULL, updated_at = now()
 WHERE id = $1 AND user_id = $2
 """
@@ -100,6 +112,9 @@ class Extraction:
     dim: int
     max_facts: int = 5
     metrics: ExtractorMetrics | None = None
+    parallel: int = 4  # episodes extracted at once
+    per_user: int = 2  # of one user's episodes per read; the rest to the back of the stream
+    offline: Extractor = field(default_factory=OfflineExtractor)  # while the model is away
 
     def count(self, what: str, outcome: str, n: int = 1) -> None:
         if self.metrics is not None and n:
@@ -111,7 +126,7 @@ class EpisodeNotFound(EngramError):
 
 
 def is_due(ep: asyncpg.Record | dict[str, Any]) -> bool:
-    if ep["turn_count"] != ep["extracted_turn_count"]:
+    if ep["turn_count"] != ep["extracted_turn_count"] or ep["fallback"]:
         return True
     if ep["extracted_at"] is None:
         return ep["extraction_error"] is None
@@ -141,26 +156,73 @@ def _redacted(s: EpisodeSummary) -> EpisodeSummary:
 async def handle_requests(
     x: Extraction, deliveries: Sequence[Delivery[ExtractRequested]]
 ) -> Rejections:
-    """Extract each requested episode in turn; refuse requests naming no such episode."""
+    """Extract the requested episodes, ``parallel`` at once, at most ``per_user`` of one
+    user's (one after the other); refuse requests naming no such episode."""
     rejected: Rejections = {}
-    done: set[uuid.UUID] = set()
+    mine: dict[str, list[Delivery[ExtractRequested]]] = defaultdict(list)
+    later: list[ExtractRequested] = []
+    seen: set[uuid.UUID] = set()
     for d in deliveries:
-        if d.event.episode_id in done:
+        if d.event.episode_id in seen:
             x.count("episodes", "duplicate")
             continue
-        try:
-            outcome = await extract_episode(x, d.event)
-        except EpisodeNotFound as exc:
-            rejected[d.entry_id] = str(exc)
-            x.count("episodes", "rejected")
-            continue
-        done.add(d.event.episode_id)
-        x.count("episodes", outcome)
+        seen.add(d.event.episode_id)
+        queue = mine[d.event.user_id]
+        if len(queue) < x.per_user:
+            queue.append(d)
+        else:
+            later.append(d.event)
+    if later:
+        # The same events again, behind everyone else's: one user's backlog is
+        # interleaved with other users' episodes instead of standing before them.
+        await x.publisher.publish("extract", later)
+        x.count("episodes", "requeued", len(later))
+    slots = asyncio.Semaphore(max(1, x.parallel))
+
+    async def one_user(queue: list[Delivery[ExtractRequested]]) -> None:
+        for d in queue:
+            async with slots:
+                try:
+                    outcome = await extract_episode(x, d.event)
+                except EpisodeNotFound as exc:
+                    rejected[d.entry_id] = str(exc)
+                    x.count("episodes", "rejected")
+                    continue
+            x.count("episodes", outcome)
+
+    failures = [
+        r
+        for r in await asyncio.gather(*map(one_user, mine.values()), return_exceptions=True)
+        if isinstance(r, BaseException)
+    ]
+    if failures:
+        # Every user's work has ended (what committed is recorded as processed): the
+        # first failure goes to the consumer's failure policy for the whole read.
+        raise failures[0]
     return rejected
 
 
 async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
-    """Summarise the episode and learn its facts if it is due; return the outcome."""
+    """Summarise the episode and learn its facts if it is due; return the outcome.
+
+    With the model unavailable, the offline extractor does it at once (``fallback``)."""
+    try:
+        return await _extract(x, request, x.extractor, fallback=None)
+    except ProviderUnavailable as exc:
+        if x.extractor.heuristic:
+            raise
+        log.warning(
+            "episode %s: the model is unavailable (%s); summarised offline, asked again later",
+            request.episode_id,
+            exc,
+        )
+        outcome = await _extract(x, request, x.offline, fallback=str(exc)[:300])
+        return "fallback" if outcome == "extracted" else outcome
+
+
+async def _extract(
+    x: Extraction, request: ExtractRequested, ex: Extractor, *, fallback: str | None
+) -> str:
     started = time.perf_counter()
     async with x.pool.acquire() as conn:
         if await conn.fetchval(SEEN, CONSUMER, request.event_id):
@@ -178,7 +240,7 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
     turns = int(ep["turn_count"])
 
     try:
-        summary, method = await _summarize(x, transcript)
+        summary, method = await _summarize(ex, transcript)
         summary = _dated(summary, ep["started_at"])
     except InvalidModelOutput as exc:
         log.warning("episode %s: %s", request.episode_id, exc)
@@ -193,9 +255,7 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
     facts_error: str | None = None
     if transcript.turns:
         try:
-            candidates = await x.extractor.extract_facts(
-                transcript, summary, occurred_at=ep["started_at"]
-            )
+            candidates = await ex.extract_facts(transcript, summary, occurred_at=ep["started_at"])
         except InvalidModelOutput as exc:
             log.warning("episode %s: %s", request.episode_id, exc)
             facts_error = f"facts: {exc}"
@@ -206,7 +266,7 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
         candidates=candidates,
         occurred_at=ep["started_at"],
         embedder=embedder,
-        same_fact=x.extractor.same_fact,
+        same_fact=ex.same_fact,
         dim=x.dim,
     )
 
@@ -217,10 +277,12 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
     document = {
         **summary.model_dump(),
         "method": method,
-        "extractor": x.extractor.name,
+        "extractor": ex.name,
         "turns": transcript.turns,
         "minimal": method == "minimal",
     }
+    if fallback is not None:
+        document["fallback"] = fallback  # the model is asked again (DUE)
     async with x.pool.acquire() as conn, conn.transaction():
         if not await conn.fetchval(MARK_PROCESSED, request.event_id, CONSUMER):
             return "duplicate"
@@ -233,16 +295,17 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
             summary_text(summary),
             turns,
             facts_error,
+            fallback is not None,
         )
         result = await apply_plan(
             conn,
             plan,
             user_id=request.user_id,
             episode_id=request.episode_id,
-            extractor_name=x.extractor.name,
-            heuristic=x.extractor.heuristic,
+            extractor_name=ex.name,
+            heuristic=ex.heuristic,
             limit=x.max_facts,
-            contradicts=x.extractor.contradicts,
+            contradicts=ex.contradicts,
         )
     _count_facts(x, result)
     if x.metrics is not None and ep["waited_s"] is not None:
@@ -250,16 +313,16 @@ async def extract_episode(x: Extraction, request: ExtractRequested) -> str:
         waited = float(ep["waited_s"]) + time.perf_counter() - started
         x.metrics.close_to_summary.observe(waited)
     if result.changed:
-        await _refresh_narrative(x, request.user_id)
+        await _refresh_narrative(x, ex, request.user_id)
     await _publish(x, request.user_id, request.episode_id, result)
     return "error" if facts_error else "extracted"
 
 
-async def _summarize(x: Extraction, transcript: Transcript) -> tuple[EpisodeSummary, str]:
+async def _summarize(ex: Extractor, transcript: Transcript) -> tuple[EpisodeSummary, str]:
     if transcript.turns < MIN_TURNS_FOR_SUMMARY:
         return _redacted(offline_summary(transcript)), "minimal"
-    summary = await x.extractor.summarize(transcript)
-    return _redacted(summary), ("heuristic" if x.extractor.heuristic else "llm")
+    summary = await ex.summarize(transcript)
+    return _redacted(summary), ("heuristic" if ex.heuristic else "llm")
 
 
 def _dated(s: EpisodeSummary, when: datetime) -> EpisodeSummary:
@@ -284,10 +347,10 @@ def _count_facts(x: Extraction, r: FactResult) -> None:
     x.count("facts", "dropped", r.dropped)
 
 
-async def _refresh_narrative(x: Extraction, user_id: str) -> None:
+async def _refresh_narrative(x: Extraction, ex: Extractor, user_id: str) -> None:
     try:
-        await regenerate_user_summary(x.pool, user_id, x.extractor.narrative)
-    except InvalidModelOutput as exc:
+        await regenerate_user_summary(x.pool, user_id, ex.narrative)
+    except (InvalidModelOutput, ProviderError) as exc:
         # The facts are stored; the narrative is rebuilt at the next change.
         log.warning("narrative for a user not rebuilt: %s", exc)
 

@@ -3,9 +3,10 @@
 Every ``sweep_interval_s`` the extractor closes open episodes idle for the stale
 window (``ENGRAM_STALE_WINDOW_MINUTES``; ``closed_by = 'stale'``, ``closed_at`` =
 the last turn) and publishes an ``ExtractRequested`` (reason ``stale``) for each,
-and for every closed episode that has turns after its last extraction or whose
-request was lost. Ingest closes stale episodes inside a turn batch on its own;
-this sweep covers chats that went quiet.
+and for every closed episode that has turns after its last extraction, whose
+request was lost, or that was summarised offline while the model was unavailable.
+Ingest closes stale episodes inside a turn batch on its own; this sweep covers
+chats that went quiet.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from shared.streams import Publisher
 
 DUE = """(e.turn_count IS DISTINCT FROM e.extracted_turn_count
           OR (e.extracted_at IS NULL AND e.extraction_error IS NULL)
-          OR e.last_active_at > e.extracted_at)"""
+          OR e.last_active_at > e.extracted_at
+          OR e.summary->>'fallback' IS NOT NULL)"""  # summarised offline: ask the model
 
 CLOSE_IDLE = """
 UPDATE episodes e

@@ -4,7 +4,10 @@ Routes depend on :func:`principal` for the caller and on :func:`acting_user`
 for the one user every read and write is scoped to. A user key always acts for
 its own user; an admin key must name the user with the ``X-Engram-User`` header
 (or ``user_id`` query parameter), except on the few admin-wide routes that take
-:func:`principal` and check ``is_admin`` themselves.
+:func:`principal` and check ``is_admin`` themselves. A user that was erased is
+refused (410) until an admin re-enables it: erasure deletes the user's own keys,
+so this is where an admin key acting for the id would otherwise store rows again
+(every route, every tool, MCP).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from fastapi import Depends, HTTPException, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from shared.apikeys import ApiKey, lookup_key
+from shared.erasure import refuse_erased
+from shared.errors import UserErased
 
 COOKIE_NAME = "engram_key"
 
@@ -87,6 +92,10 @@ async def acting_user(request: Request, who: Annotated[Principal, Depends(princi
                 status.HTTP_400_BAD_REQUEST,
                 "an admin key must name the user: send the 'X-Engram-User' header",
             )
+        try:
+            await refuse_erased(request.app.state.runtime.pool, asked)
+        except UserErased as exc:
+            raise HTTPException(status.HTTP_410_GONE, str(exc)) from None
         return asked
     assert who.user_id is not None
     if asked and asked != who.user_id:

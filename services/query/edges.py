@@ -141,6 +141,16 @@ ERROR_RESPONSES: dict[int, str] = {
 }
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorOut"}
 
+NAMED_IN_BODY: dict[int | str, dict[str, Any]] = {
+    404: {
+        "model": ErrorOut,
+        "description": "an id, key or chat in the body names nothing of this user's "
+        "(the same whether or not it exists for another user)",
+    }
+}
+"""``responses=`` of an operation that can answer 404 for what its body names (one
+with the id in its path has its 404 documented by ``faults``)."""
+
 
 def document_errors(app: FastAPI) -> None:
     """Document the error answers with :class:`ErrorOut` as their body: 401 and 403

@@ -199,8 +199,8 @@ async def forget_fact(
     async with pool.acquire() as conn, conn.transaction():
         rows = await conn.fetch(FORGET, user_id, key, category)
         if not rows:
-            where = f" in category {category!r}" if category else ""
-            raise NotFound(f"no fact with key {key!r}{where}")
+            where = f" in category {category[:60]!r}" if category else ""
+            raise NotFound(f"no fact with key {key[:60]!r}{where}")
         for r in rows:
             await audit(
                 conn,

@@ -7,7 +7,7 @@
   the answer would otherwise be a 500 from deep inside a statement.
 - Every ``/v1`` error has the one error body, ``edges.ErrorOut`` (``error``,
   ``detail``, for 422 ``errors`` naming each field), declared in the OpenAPI for
-  each operation (400, 404 and 503 here; ``edges`` adds 401/403/413/422).
+  each operation (400, 404, 410 and 503 here; ``edges`` adds 401/403/413/422).
 - PostgreSQL or Redis unreachable (refused, reset, pool closing, timeouts) is
   ``503`` with ``Retry-After``, never a 500 or a dropped connection.
 
@@ -18,17 +18,21 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
 import asyncpg
 import redis.exceptions as redis_errors
 from fastapi import FastAPI, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute
 
+from services.query.auth import acting_user
 from services.query.edges import ErrorOut
 from shared.errors import InfrastructureError
 
@@ -48,6 +52,7 @@ ERROR_NAMES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    410: "gone",
     413: "too_large",
     415: "unsupported_media_type",
     422: "invalid_request",
@@ -60,6 +65,7 @@ DOCUMENTED = {
     "401": "No valid API key",
     "403": "The key may not do this",
     "404": "No such thing for this user (the same whether or not it exists for another)",
+    "410": "The user this call acts for was erased (an admin key naming it); re-enable it first",
     "413": "The request body is too large",
     "422": "A field is invalid (each entry of errors names its field)",
     "503": "PostgreSQL or Redis is unreachable; retry after Retry-After seconds",
@@ -221,6 +227,23 @@ def _error(status: int, detail: str, headers: dict[str, str] | None = None) -> J
     )
 
 
+def _acting_for_a_user(app: FastAPI) -> set[str]:
+    """The operation ids of the routes that depend on ``auth.acting_user``."""
+
+    def uses(dependant: Dependant) -> bool:
+        return any(d.call is acting_user or uses(d) for d in dependant.dependencies)
+
+    def walk(routes: Sequence[BaseRoute]) -> Iterator[str]:
+        for route in routes:
+            if isinstance(route, APIRoute) and uses(route.dependant):
+                yield route.unique_id
+            inner = getattr(route, "original_router", None)  # an included router
+            if inner is not None:
+                yield from walk(inner.routes)
+
+    return set(walk(app.routes))
+
+
 def install(app: FastAPI) -> None:
     """The middleware, the error handlers and the documented error schema."""
     app.add_middleware(HostileInput)
@@ -254,6 +277,7 @@ def install(app: FastAPI) -> None:
         components.update(defs.pop("$defs", {}))
         components["ErrorOut"] = defs
         ref = {"$ref": "#/components/schemas/ErrorOut"}
+        acting = _acting_for_a_user(app)
         for path, operations in schema.get("paths", {}).items():
             if not path.startswith("/v1/"):
                 continue
@@ -262,6 +286,7 @@ def install(app: FastAPI) -> None:
                     # edges documents 401/403/413/422; these are the ones added here
                     "400": "requestBody" in op,
                     "404": "{" in path,
+                    "410": op.get("operationId") in acting,  # an admin naming an erased user
                     "503": bool(op.get("security")),  # the key is looked up in PostgreSQL
                 }
                 responses = op.setdefault("responses", {})

@@ -17,14 +17,13 @@ entries deleted per stream.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import asyncpg
 import redis.asyncio as aioredis
 
 from shared.db import audit
-from shared.erasure import begin_erasure, purge_streams, reenable
+from shared.erasure import audit_hash, begin_erasure, purge_streams, reenable_user
 from shared.errors import NotFound
 from shared.settings import CommonSettings
 
@@ -42,10 +41,6 @@ ORDER BY c.table_name
 """
 
 DELETE_USER = "DELETE FROM users WHERE id = $1 RETURNING id"
-
-
-def user_hash(user_id: str) -> str:
-    return hashlib.sha256(user_id.encode()).hexdigest()[:16]
 
 
 async def erase_user(
@@ -80,7 +75,7 @@ async def erase_user(
             action="delete",
             entity="user",
             entity_id=None,
-            details={"user_hash": user_hash(user_id), "rows": counts},
+            details={"user_hash": audit_hash(user_id), "rows": counts},
         )
     streams: dict[str, int] = {}
     if redis is not None and settings is not None:
@@ -88,18 +83,8 @@ async def erase_user(
     return {"erased": True, "rows": counts, "stream_entries": streams}
 
 
-async def reenable_user(pool: asyncpg.Pool, *, user_id: str) -> dict[str, Any]:
+async def reenable(pool: asyncpg.Pool, *, user_id: str) -> dict[str, Any]:
     """Lift an erased user's tombstone; NotFound if the id was not erased."""
     async with pool.acquire() as conn, conn.transaction():
-        if not await reenable(conn, user_id):
-            raise NotFound(f"no erased user {user_id!r}")
-        await audit(
-            conn,
-            user_id=None,
-            actor="admin",
-            action="reenable",
-            entity="user",
-            entity_id=None,
-            details={"user_hash": user_hash(user_id)},
-        )
+        await reenable_user(conn, user_id=user_id)
     return {"reenabled": True}

@@ -11,6 +11,12 @@ What a caller may rely on:
   :class:`ProviderUnavailable` (an outage); a 500 that keeps coming is
   :class:`ProviderError`; other 4xx answers raise :class:`ProviderError` at once
   (a configuration problem such as a bad key);
+- every request goes through the endpoint's guard (``shared.guard``): a circuit
+  (3 unavailable outcomes in a row fail the next calls at once for a cooldown), a
+  deadline on the whole call (``llm_deadline_s``, retries included) and an inline
+  wait (``llm_inline_s``): a call not answered by then goes on out of line and
+  :class:`ProviderUnavailable` is raised at once, as it is for every call to the
+  endpoint while that one is in flight;
 - token usage reported by the server is added to ``engram_llm_tokens_total``
   and to :attr:`OpenAIChatModel.usage`.
 """
@@ -29,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ValidationError
 
 from shared.errors import InvalidModelOutput, ProviderError
+from shared.guard import Guards
 from shared.llm.settings import LLMSettings
 from shared.provider_http import RetryPolicy, post_with_retry
 
@@ -98,6 +105,9 @@ class OpenAIChatModel:
         metrics: LLMMetrics | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         backoff_base_s: float = 0.5,
+        guards: Guards | None = None,
+        deadline_s: float = 150.0,
+        inline_s: float = 60.0,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
@@ -112,6 +122,10 @@ class OpenAIChatModel:
         self._json_mode = json_mode
         self._metrics = metrics
         self._slots = asyncio.Semaphore(max(1, concurrency))
+        self._key = base_url.rstrip("/")
+        self.guards = guards or Guards()
+        self._deadline_s = deadline_s
+        self._inline_s = inline_s
         self.usage = Usage()
 
     @classmethod
@@ -135,6 +149,8 @@ class OpenAIChatModel:
             json_mode=settings.llm_json_mode,
             metrics=metrics,
             transport=transport,
+            deadline_s=settings.llm_deadline_s,
+            inline_s=settings.llm_inline_s,
         )
 
     @property
@@ -142,6 +158,7 @@ class OpenAIChatModel:
         return self._model
 
     async def aclose(self) -> None:
+        await self.guards.aclose()  # calls out of line end with the client
         await self._client.aclose()
 
     async def complete_json(self, *, system: str, user: str, schema: type[M], purpose: str) -> M:
@@ -180,14 +197,20 @@ class OpenAIChatModel:
         body: dict[str, Any] = {"model": self._model, "messages": messages, "temperature": 0}
         if self._json_mode:
             body["response_format"] = {"type": "json_object"}
-        resp = await post_with_retry(
-            self._client,
-            "chat/completions",
-            body,
-            policy=self._policy,
-            slots=self._slots,
-            label=f"{purpose}: chat completions:",
-            observe=lambda outcome: self._count(purpose, outcome),
+
+        async def post() -> httpx.Response:
+            return await post_with_retry(
+                self._client,
+                "chat/completions",
+                body,
+                policy=self._policy,
+                slots=self._slots,
+                label=f"{purpose}: chat completions:",
+                observe=lambda outcome: self._count(purpose, outcome),
+            )
+
+        resp = await self.guards.call_inline(
+            self._key, post, deadline_s=self._deadline_s, inline_s=self._inline_s
         )
         return self._content(resp, purpose)
 

@@ -23,6 +23,14 @@ class LLMSettings(CommonSettings):
         default=2, description="times to ask again when the output breaks its schema"
     )
     llm_concurrency: int = Field(default=4, description="requests in flight per process")
+    llm_deadline_s: float = Field(
+        default=150.0, description="one call to the model, its retries included (shared.guard)"
+    )
+    llm_inline_s: float = Field(
+        default=60.0,
+        description="a call not answered by then goes on out of line and the episode is "
+        "summarised offline (asked of the model again later); calls meanwhile fail at once",
+    )
     llm_json_mode: bool = Field(
         default=True, description="send response_format json_object (off for servers without it)"
     )

@@ -10,6 +10,9 @@ them too (tests/conftest.py); the whole suite runs on one worker, with one stack
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,13 +59,18 @@ def embed_server() -> Any:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory, embed_server: Any) -> Any:
+def stack(embed_server: Any) -> Any:
     """Own PostgreSQL and Redis (restartable), the query service, and two instances of
-    each consumer in the same group."""
+    each consumer in the same group.
+
+    In a directory of its own, not under pytest's: a pytest session that starts
+    meanwhile makes ``/tmp/pytest-of-<user>`` private again, and PostgreSQL (run as
+    its own user) could then no longer reach its data directory to restart."""
     from tests.chaos.stack import start_stack
 
+    root = Path(tempfile.mkdtemp(prefix="engram-chaos-"))
     s = start_stack(
-        tmp_path_factory.mktemp("chaos"),
+        root,
         ENGRAM_EMBEDDING_PROVIDER="openai",
         ENGRAM_EMBEDDING_URL=f"{embed_server.url}/v1",
         ENGRAM_EMBEDDING_MODEL="scripted",
@@ -78,3 +86,4 @@ def stack(tmp_path_factory: pytest.TempPathFactory, embed_server: Any) -> Any:
         yield s
     finally:
         s.stop()
+        shutil.rmtree(root, ignore_errors=True)

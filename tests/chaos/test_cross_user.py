@@ -1,17 +1,22 @@
 """The cross-user matrix: user A's ids, threads, chats and words used with user B's
-key on every /v1 operation and every tool; the answer is 403/404 or B's own
-(empty) data, never anything of A's, and A's data is unchanged afterwards.
+key on every /v1 operation, every tool, and every tool over MCP (the official
+SDK's client, streamable HTTP at /mcp); the answer is 403/404 or B's own (empty)
+data, never anything of A's, and A's data is unchanged afterwards.
 
 Against the running query service of the chaos stack over real HTTP. A test
-fails when an operation appears in the OpenAPI that the matrix does not cover,
-so a new route gets its row here."""
+fails when an operation appears in the OpenAPI, or a tool in the MCP tool list,
+that the matrix does not cover, so a new route or tool gets its row here."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 import httpx
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from shared.apikeys import create_key
 from shared.db import connect
@@ -166,6 +171,17 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
             ("recall", {"query": MARK}),
             ("remember", {"content": "b's tool memory"}),
         ]
+        mcp_calls = [
+            *tools,
+            ("memory", {"operation": "add", "type": "fact", "content": "b's mcp memory"}),
+            ("memory_facts", {"action": "save", "category": "pets", "key": "dog", "value": "b"}),
+            ("memory_facts", {"action": "list"}),
+            ("remember", {"content": "b's mcp memory", "shared": True}),
+            ("recall", {"query": MARK, "about": "my sister"}),  # A's person
+            ("context", {"message": MARK}),
+            ("context", {"message": MARK, "policy": "summary"}),
+            ("episode_recall", {"query": MARK}),
+        ]
         leaks, server_errors, calls = [], [], 0
         for method, path, body in matrix:
             r = await c.request(method, path, json=body, headers=hb)
@@ -183,6 +199,9 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
                 server_errors.append(("tool", name, r.status_code))
             if MARK in r.text.lower():
                 leaks.append(("tool", name, r.status_code, r.text[:200]))
+        mcp_tools, mcp_leaks = await _over_mcp(base, seed["keys"][b], mcp_calls)
+        leaks += mcp_leaks
+        calls += len(mcp_calls) + 1
         # what B did changed nothing of A's
         after = _ok(await c.get("/v1/facts", headers=ha))["facts"]
         still = _ok(await c.get(f"/v1/memory/items/{item}", headers=ha))
@@ -214,12 +233,38 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
         ("POST", "/v1/embeddings/rebuild"),
     }  # B's own only
     missing = wanted - covered - skipped
+    missing_tools = set(mcp_tools) - {name for name, _ in mcp_calls}
     print(f"\ncross-user matrix: {calls} calls, leaks {leaks}, 5xx {server_errors}")
-    record("cross-user calls", calls, f"{len(wanted)} operations + {len(tools)} tool calls")
+    record(
+        "cross-user calls",
+        calls,
+        f"{len(wanted)} operations + {len(tools)} tool calls + {len(mcp_calls)} over MCP",
+    )
     record("leaks", len(leaks), "A's data in B's answers, or A's data changed by B")
     assert not missing, f"operations without a row in the matrix: {sorted(missing)}"
+    assert not missing_tools, f"MCP tools without a row: {sorted(missing_tools)}"
     assert leaks == []
     assert server_errors == []
+
+
+async def _over_mcp(
+    base: str, key: str, calls: list[tuple[str, dict[str, Any]]]
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Each call over MCP with ``key``: the tools listed, and every answer that holds
+    A's words (a tool error is a fine answer; a protocol error is not)."""
+    leaks: list[tuple[Any, ...]] = []
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+        transport = streamable_http_client(f"{base}/mcp", http_client=http)
+        async with Client(transport) as client:
+            listed = [t.name for t in (await client.list_tools()).tools]
+            for name, arguments in calls:
+                result = await client.call_tool(name, arguments)
+                text = json.dumps([getattr(b, "text", "") for b in result.content])
+                text += json.dumps(result.structured_content or {})
+                if MARK in text.lower():
+                    leaks.append(("mcp", name, arguments, text[:200]))
+    return listed, leaks
 
 
 def _names_a(path: str, r: httpx.Response, a: str) -> bool:

@@ -23,9 +23,9 @@ from services.embedder.settings import EmbedderSettings
 from services.query.app import create_app as query_app
 from services.query.settings import QuerySettings
 from shared.embeddings import ProviderSettingsIn, put_provider_settings
-from shared.embeddings.guard import Circuit, Guards
 from shared.errors import ProviderUnavailable
 from shared.events import EmbedRequested, EmbedTarget
+from shared.guard import Circuit, Guards
 from shared.streams import Publisher
 from tests.embedder.conftest import add_messages
 from tests.embedder.scripted import ScriptedServer, Step

@@ -1,6 +1,7 @@
 """The extractor's failure policy against a scripted model server over real HTTP, on
 real Redis and PostgreSQL: a refusal (HTTP 401) is dead-lettered after exactly
-max_attempts deliveries with the real reason; an outage (HTTP 503) never is."""
+max_attempts deliveries with the real reason; an outage (HTTP 503) never is: the
+episode is summarised offline at once and asked of the model again later."""
 
 from __future__ import annotations
 
@@ -85,27 +86,30 @@ async def test_a_refused_request_is_dead_lettered_after_exactly_max_attempts(
     assert "401" in entry["error"] and "invalid api key" in entry["error"]
 
 
-async def test_an_outage_is_never_dead_lettered_and_shows_on_the_gauge(
+async def test_a_model_outage_is_never_dead_lettered_the_episode_is_summarised_offline(
     make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any, user_id: str
 ) -> None:
     with ScriptedLLM(lambda body: Reply(status=503, raw='{"error": "overloaded"}')) as llm:
         settings = _settings(make_settings, llm)
         episode_id = await _closed_episode(pool, user_id)
-        async with running(create_app(settings, embedder_for=_no_embedder)) as client:
+        async with running(create_app(settings, embedder_for=_no_embedder)):
             await Publisher(redis, settings).publish(
                 "extract", [ExtractRequested(episode_id=episode_id, user_id=user_id)]
             )
 
-            async def delivered_often() -> bool:
-                return len(llm.requests) >= 4  # twice max_attempts
+            async def summarised() -> bool:
+                return await pool.fetchval(
+                    "SELECT summary IS NOT NULL FROM episodes WHERE id = $1", episode_id
+                )
 
-            await wait_for(delivered_often, timeout=40, message="four deliveries")
-            metrics = (await client.get("/metrics")).text
-            pending = (await redis.xpending(settings.stream("extract"), "extractor"))["pending"]
+            await wait_for(summarised, timeout=40, message="summarised offline")
+            await wait_for(lambda: _idle(redis, settings), timeout=20, message="acknowledged")
+        row = await pool.fetchrow(
+            "SELECT summary, extract_due FROM episodes WHERE id = $1", episode_id
+        )
     assert await dead_entries(redis, settings) == []
-    assert pending == 1
-    assert 'engram_consumer_outage{stream="extract"} 1.0' in metrics
-    assert 'engram_consumer_failures_total{kind="outage",stream="extract"}' in metrics
+    assert row["summary"]["method"] == "heuristic" and "503" in row["summary"]["fallback"]
+    assert row["extract_due"] is True  # the model is asked again later
 
 
 async def _idle(redis: Any, settings: ExtractorSettings) -> bool:

@@ -176,7 +176,7 @@ async def test_bad_input_gets_a_4xx_with_a_message(make_settings, pool, user_id)
                 422,
                 "JSON",
             ),
-            ("get", "/v1/memory/items/not-a-uuid", {}, 400, "UUID"),
+            ("get", "/v1/memory/items/not-a-uuid", {}, 422, "UUID"),
             ("post", "/v1/facts", {"json": {"category": "a", "key": "b"}}, 422, "value"),
             (
                 "post",

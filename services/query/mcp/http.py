@@ -60,7 +60,9 @@ class _KeyScoped:
         try:
             user_id = await acting_user(request, await principal(request))
         except HTTPException as exc:
-            code = {401: "unauthorized", 403: "forbidden"}.get(exc.status_code, "invalid_request")
+            code = {401: "unauthorized", 403: "forbidden", 410: "gone"}.get(
+                exc.status_code, "invalid_request"
+            )
             response = JSONResponse(
                 {"error": code, "detail": exc.detail},
                 status_code=exc.status_code,

@@ -12,6 +12,7 @@ from services.query.auth import UserId
 from services.query.decision_guard import MAX_CHARS, TARGET_CHARS
 from services.query.decision_guard import record_decision as record
 from services.query.deps import Pool, Pub, State
+from services.query.edges import NAMED_IN_BODY
 from shared.memory.membership import require_member, require_own_episode
 from shared.memory.writer import Chat
 
@@ -43,6 +44,7 @@ class DecisionOut(BaseModel):
     "/decisions",
     status_code=201,
     response_model=DecisionOut,
+    responses=NAMED_IN_BODY,  # an episode that is not the caller's, a chat they are not in
     summary="Record a decision (rewritten to one sentence, or refused with guidance)",
 )
 async def record_decision(

@@ -10,6 +10,7 @@ from services.query import facts_service as fs
 from services.query import responses as R
 from services.query.auth import UserId
 from services.query.deps import Pool, Pub, State
+from services.query.edges import NAMED_IN_BODY
 from services.query.schemas import FactIn, FactListIn, FactSearchIn, ForgetIn, SummaryIn
 
 router = APIRouter(prefix="/v1/facts", tags=["facts (Navi)"])
@@ -44,6 +45,7 @@ async def search(
     "/forget",
     summary="Delete the fact(s) with this key (optionally in one category)",
     response_model=R.ForgottenOut,
+    responses=NAMED_IN_BODY,
 )
 async def forget(body: ForgetIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
     return await fs.forget_fact(pool, pub, user_id=user_id, key=body.key, category=body.category)

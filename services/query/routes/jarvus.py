@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -11,6 +12,7 @@ from services.query import memory_service as ms
 from services.query import responses as R
 from services.query.auth import UserId
 from services.query.deps import Pool, Pub, State
+from services.query.edges import NAMED_IN_BODY
 from services.query.schemas import ActionIn, FeedbackIn, StoreIn, WorkflowIn
 
 router = APIRouter(prefix="/v1/jarvus", tags=["agent memory (Jarvus)"])
@@ -73,6 +75,7 @@ async def workflow(body: WorkflowIn, user_id: UserId, pool: Pool, pub: Pub) -> d
     "/store",
     summary="Store (or, with memory_id, update) a plain memory",
     response_model=R.StoredOut,
+    responses=NAMED_IN_BODY,
     response_model_exclude_unset=True,
 )
 async def store(body: StoreIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
@@ -165,5 +168,5 @@ async def namespaces(user_id: UserId, pool: Pool) -> dict[str, Any]:
     summary="Delete a memory (its embedding goes with it)",
     response_model=R.DeletedOut,
 )
-async def delete(memory_id: str, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def delete(memory_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
     return await ms.delete_memory(pool, pub, user_id=user_id, item_id=memory_id, actor="jarvus")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from fastapi import APIRouter
@@ -43,7 +44,7 @@ async def add(body: AddIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, A
     summary="Every field of one memory and its embedding state",
     response_model=R.MemoryItemOut,
 )
-async def get(item_id: str, user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def get(item_id: uuid.UUID, user_id: UserId, pool: Pool) -> dict[str, Any]:
     return await ms.get_memory(pool, user_id=user_id, item_id=item_id)
 
 
@@ -52,7 +53,7 @@ async def get(item_id: str, user_id: UserId, pool: Pool) -> dict[str, Any]:
     summary="Archive a memory (kept, hidden from search)",
     response_model=R.ArchivedOut,
 )
-async def archive(item_id: str, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def archive(item_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
     return await ms.archive_memory(pool, pub, user_id=user_id, item_id=item_id)
 
 
@@ -61,7 +62,7 @@ async def archive(item_id: str, user_id: UserId, pool: Pool, pub: Pub) -> dict[s
     summary="Delete a memory and its embedding for good",
     response_model=R.DeletedOut,
 )
-async def delete(item_id: str, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def delete(item_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
     return await ms.delete_memory(pool, pub, user_id=user_id, item_id=item_id)
 
 

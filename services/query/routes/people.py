@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from services.query import responses as R
 from services.query.auth import UserId
 from services.query.deps import Pool, Pub, Settings
+from services.query.edges import NAMED_IN_BODY
 from services.query.people_api import RecallIn, RememberIn, do_recall, do_remember
 from services.query.people_embedder import QueryEmbedder
 from shared.memory.people import list_people, resolve_person
@@ -32,6 +33,7 @@ class PersonIn(BaseModel):
     "/remember",
     summary="Store one fact or a batch, with subjects, expiry and scope",
     response_model=R.RememberedOut,
+    responses=NAMED_IN_BODY,  # a shared memory for a chat the caller is not in
 )
 async def remember(
     body: RememberIn,

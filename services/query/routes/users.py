@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, status
 
 from services.query import responses as R
+from services.query import users_service
 from services.query.auth import Admin, Caller
 from services.query.deps import Pool
-from services.query.users_service import erase_user, reenable_user
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 
@@ -24,7 +24,7 @@ async def erase(user_id: str, who: Caller, pool: Pool, request: Request) -> dict
         raise HTTPException(status.HTTP_403_FORBIDDEN, "this key cannot erase another user")
     actor = "admin" if who.is_admin else "user"
     rt = request.app.state.runtime
-    return await erase_user(
+    return await users_service.erase_user(
         pool, user_id=user_id, actor=actor, redis=rt.redis, settings=rt.settings
     )
 
@@ -35,4 +35,4 @@ async def erase(user_id: str, who: Caller, pool: Pool, request: Request) -> dict
     response_model=R.ReenabledOut,
 )
 async def reenable(user_id: str, who: Admin, pool: Pool) -> dict[str, Any]:
-    return await reenable_user(pool, user_id=user_id)
+    return await users_service.reenable(pool, user_id=user_id)
