@@ -4,7 +4,7 @@ Set ENGRAM_TEST_DATABASE_URL / ENGRAM_TEST_REDIS_URL to run against other server
 (the database must have pgvector; it is migrated). Each test gets its own stream
 prefix and random user ids, so tests never see each other's data.
 
-In parallel (``make test``: pytest-xdist, ``-n 2``) each worker is a
+In parallel (``make test WORKERS=2``: pytest-xdist, ``-n 2``) each worker is a
 process of its own with its own PostgreSQL, Redis and data directory (these session
 fixtures run once per worker); only the int8 model's export is shared, made once under
 a file lock. A module's tests stay on one worker (its module fixtures -- a query
