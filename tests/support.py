@@ -18,6 +18,8 @@ from fastapi import FastAPI
 from shared.settings import CommonSettings
 
 ROOT = Path(__file__).resolve().parent.parent
+# The int8 model's export, made once per checkout and shared by every test session.
+MODELS = ROOT / ".engram" / "models"
 
 
 async def wait_for(

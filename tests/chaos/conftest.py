@@ -3,7 +3,9 @@ test-fast`` leaves it out). Its default size is the short form ``.ci/run`` runs
 (a few minutes); ``ENGRAM_CHAOS_SCALE=10`` runs ten times the load.
 
 Each test adds its rows to one table, printed at the end of the run:
-lost, duplicated, leaks, 5xx, and poison throughput against clean."""
+lost, duplicated, leaks, 5xx, and poison throughput against clean. The rows travel
+with the test's report (``user_properties``), so a parallel run's controller prints
+them too (tests/conftest.py); the whole suite runs on one worker, with one stack."""
 
 from __future__ import annotations
 
@@ -15,9 +17,12 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import RELIABILITY_PROPERTY
+
 SCALE = max(1, int(os.environ.get("ENGRAM_CHAOS_SCALE", "1")))
 
-# check -> (value, what it means); filled by the tests, printed by pytest_terminal_summary
+# check -> (value, what it means); filled by the test running now, then handed to its
+# report (the summary is printed by tests/conftest.py's pytest_terminal_summary)
 TABLE: dict[str, tuple[Any, str]] = {}
 
 
@@ -32,14 +37,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not TABLE:
-        return
-    tr = terminalreporter
-    tr.section("reliability (tests/chaos)")
-    width = max(len(k) for k in TABLE)
-    for check, (value, note) in TABLE.items():
-        tr.write_line(f"{check:<{width}}  {value!s:>10}  {note}")
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and TABLE:
+        rows = [[check, str(value), note] for check, (value, note) in TABLE.items()]
+        report.user_properties.append((RELIABILITY_PROPERTY, rows))
+        TABLE.clear()
 
 
 @pytest.fixture(scope="session")
@@ -77,9 +82,7 @@ def stack(embed_server: Any) -> Any:
         ENGRAM_SECRET_KEY="chaos-secret",
     )
     try:
-        s.add("query", 1)
-        for service in ("ingest", "embedder", "extractor"):
-            s.add(service, 2)
+        s.add_all({"query": 1, "ingest": 2, "embedder": 2, "extractor": 2})
         yield s
     finally:
         s.stop()

@@ -87,14 +87,22 @@ class Stack:
     instances: list[Instance] = field(default_factory=list)
 
     def add(self, service: str, n: int, **extra: str) -> list[Instance]:
+        return self.add_all({service: n}, **extra)
+
+    def add_all(self, counts: dict[str, int], **extra: str) -> list[Instance]:
+        """Start ``counts[service]`` instances of each service at once, then wait until
+        every one is up (they start side by side, not one service after another; the
+        batch has the time that one start after another had, 90 s a service)."""
+        deadline = time.monotonic() + 90.0 * len(counts)
         made = []
-        for i in range(n):
-            env = {**self.env, **extra}
-            inst = Instance(service, i, free_port(), env, self.root / f"{service}-{i}.log")
-            inst.start()
-            made.append(inst)
+        for service, n in counts.items():
+            for i in range(n):
+                env = {**self.env, **extra}
+                inst = Instance(service, i, free_port(), env, self.root / f"{service}-{i}.log")
+                inst.start()
+                made.append(inst)
         for inst in made:
-            inst.wait_up()
+            inst.wait_up(max(1.0, deadline - time.monotonic()))
         self.instances.extend(made)
         return made
 

@@ -117,7 +117,7 @@ async def test_no_turn_is_lost_or_duplicated_under_kills_and_restarts(stack: Any
     await wait_for(
         lambda: _equals(url, stored, len(published), users),
         timeout=180,
-        interval=1,
+        interval=0.25,
         message="every published turn stored",
     )
     unembedded = (
@@ -126,7 +126,7 @@ async def test_no_turn_is_lost_or_duplicated_under_kills_and_restarts(stack: Any
     await wait_for(
         lambda: _equals(url, unembedded, 0, users, stack),
         timeout=180,
-        interval=1,
+        interval=0.25,
         message="embedded",
     )
     unextracted = (
@@ -136,7 +136,7 @@ async def test_no_turn_is_lost_or_duplicated_under_kills_and_restarts(stack: Any
     await wait_for(
         lambda: _equals(url, unextracted, 0, users, stack),
         timeout=180,
-        interval=1,
+        interval=0.25,
         message="extracted",
     )
     ids = [e.event_id for e in published]

@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 from engram_cli.embedded import free_port, port_is_free
-from tests.support import ROOT
+from tests.support import MODELS, ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +55,10 @@ class RunningStack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
     data = tmp_path_factory.mktemp("engram-run")
+    # the int8 export is the checkout's, as for every test session (tests/conftest.py):
+    # its first-start export has its own tests (tests/embedder/test_local_onnx.py)
+    MODELS.mkdir(parents=True, exist_ok=True)
+    (data / "models").symlink_to(MODELS)
     ports = {n: free_port() for n in ("query", "ingest", "embedder", "extractor", "redis")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update(
