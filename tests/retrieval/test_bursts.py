@@ -89,7 +89,10 @@ async def test_neighbours_are_counted_in_bursts_not_messages(make_settings, pool
 
 
 def _turn(i: int, who: str, seconds: float, *, asks: bool = False, score: float = 0.0):
-    return Candidate(i, score=score, asks=asks, speaker=who, occurred_at=_at(seconds), length=20)
+    """A turn the lexical side found with rank ``score`` (so ``fuse`` admits and scores it)."""
+    return Candidate(
+        i, rank=score, lex_pos=i, asks=asks, speaker=who, occurred_at=_at(seconds), length=20
+    )
 
 
 def _linked(turns: list[Candidate[int]]) -> list[Candidate[int]]:
@@ -142,4 +145,24 @@ def test_strict_turn_taking_ranks_as_before_bursts():
     def scores(spec):
         return {c.id: round(c.score, 9) for c in fuse(spec, conversation())}
 
-    assert scores(FUSED) == scores(FUSED.but(burst_gap_s=0.0, burst_share=0.0))
+    by_bursts = scores(FUSED)
+    assert len(by_bursts) == 8 and len(set(by_bursts.values())) > 2
+    assert by_bursts == scores(FUSED.but(burst_gap_s=0.0, burst_share=0.0))
+
+
+def test_the_speaker_lift_is_off_by_default_and_lifts_the_named_speaker_when_set():
+    # two equal turns far apart, the query naming the second one's speaker
+    def conversation():
+        a = _turn(1, "user:Ann", 0, score=0.5)
+        b = _turn(2, "assistant:Bob", 3600, score=0.5)
+        b.named = True
+        return [a, b]
+
+    def scores(spec):
+        return {c.id: round(c.score, 9) for c in fuse(spec, conversation())}
+
+    assert FUSED.speaker_lift == 0.0  # measured, not kept (docs/retrieval.md)
+    default = scores(FUSED)
+    assert default[1] == default[2]
+    lifted = scores(FUSED.but(speaker_lift=0.2))
+    assert lifted[2] > lifted[1]
