@@ -8,6 +8,7 @@ append-only file so queued events survive a restart) and records their URLs in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -57,10 +58,8 @@ def database_bytes(pgdata: Path) -> int:
     total = 0
     for root, _dirs, files in os.walk(pgdata / "base"):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):  # a file PostgreSQL dropped while walking
                 total += os.stat(os.path.join(root, name)).st_size
-            except OSError:
-                pass  # a file dropped while walking
     return total
 
 
