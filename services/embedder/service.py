@@ -39,12 +39,14 @@ COUNT_STATE = {
 
 
 def options(settings: EmbedderSettings) -> Options:
-    # At least one call in flight per local model pass, or passes (one per core by
-    # default) would sit idle on a machine with more cores than embed_parallel.
+    # One call more than the local model's passes (one per core by default): a call
+    # holds its slot while its vectors are written and committed, and without a
+    # spare call a pass sat idle through every write (bench/embed under load: 8% of
+    # the passes' time, 4% with the spare; docs/embeddings.md).
     return Options(
         dim=settings.embedding_dim,
         batch=settings.embed_batch_size,
-        parallel=max(settings.embed_parallel, settings.embedding_local_workers),
+        parallel=max(settings.embed_parallel, settings.embedding_local_workers + 1),
         retry_backoff_s=settings.embed_retry_backoff_s,
         retry_max_s=settings.embed_retry_max_s,
         deadline_s=settings.embedding_deadline_s,

@@ -65,11 +65,12 @@ async def test_passes_at_once_on_one_thread_each_give_the_same_vectors() -> None
         assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-4
 
 
-def test_the_embedder_keeps_a_call_in_flight_for_every_model_pass() -> None:
+def test_the_embedder_keeps_one_call_more_in_flight_than_model_passes() -> None:
+    """Every pass has work while another call's vectors are being written."""
     from services.embedder.service import options
     from services.embedder.settings import EmbedderSettings
 
-    assert options(EmbedderSettings(embedding_local_workers=6, embed_parallel=2)).parallel == 6
+    assert options(EmbedderSettings(embedding_local_workers=6, embed_parallel=2)).parallel == 7
     assert options(EmbedderSettings(embedding_local_workers=1, embed_parallel=3)).parallel == 3
 
 
