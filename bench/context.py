@@ -128,15 +128,21 @@ TIMES = [
 
 class _DirectModel:
     """The query service's default local model (``ENGRAM_EMBEDDING_MODEL``: the int8
-    ONNX export unless set; ``all-MiniLM-L6-v2`` for PyTorch), called directly."""
+    ONNX export unless set; ``all-MiniLM-L6-v2`` for PyTorch), called directly, with the
+    query service's passes and threads."""
 
     provider = "local"
 
     def __init__(self) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from shared.embeddings import EmbeddingSettings
+        from services.query.settings import QuerySettings
+        from shared.embeddings import local
 
-        self.model = EmbeddingSettings().embedding_model
+        settings = QuerySettings()  # the query service's model, passes and threads
+        self.model = settings.embedding_model
+        local.configure(
+            workers=settings.embedding_local_workers, threads=settings.embedding_local_threads
+        )
 
     def encode(self, texts: list[str], batch: int = 128) -> np.ndarray:
         from shared.embeddings import local

@@ -12,9 +12,9 @@ from it once and cached under ``<data_dir>/models/``.
 One copy of a model per process, loaded on first use; inference runs in worker
 threads, so the event loop keeps serving. How many forward passes run at once
 and on how many CPU threads each is the process's choice (``configure``): one
-pass on every core for a single query's latency (the default), or one pass per
-core on one thread each for throughput (the embedder): no pass then waits at a
-barrier for a thread another process has delayed.
+pass on every core (the default), one pass on one thread for a few words' query
+(the query service), or one pass per core on one thread each for throughput (the
+embedder): no pass then waits at a barrier for a thread another process has delayed.
 """
 
 from __future__ import annotations

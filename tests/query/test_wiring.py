@@ -61,3 +61,27 @@ async def test_the_memory_routes_run_no_dependency_in_a_worker_thread(
         app.dependency_overrides[deps._pool] = deps.pool
         assert (await client.get("/v1/memory/themes", headers=h)).status_code == 200
     assert hopped == ["pool"]
+
+
+async def test_each_request_is_timed_by_its_route_and_status_class(make_settings, pool, user_id):
+    app = create_app(make_settings(QuerySettings))
+    h = await auth(pool, user_id)
+    async with running(app) as client:
+        found = await client.post("/v1/memory/search", headers=h, json={"query": "tea"})
+        assert found.status_code == 200, found.text
+        refused = await client.post("/v1/memory/search", json={"query": "tea"})
+        assert refused.status_code == 401
+        assert (await client.get("/v1/memory/items/not-a-uuid", headers=h)).status_code == 422
+        metrics = (await client.get("/metrics")).text
+
+    def count(route: str, status: str) -> float:
+        prefix = (
+            f'engram_http_request_seconds_count{{method="{"GET" if "items" in route else "POST"}",'
+            f'route="{route}",status="{status}"}} '
+        )
+        lines = [line for line in metrics.splitlines() if line.startswith(prefix)]
+        return float(lines[0].split()[-1]) if lines else 0.0
+
+    assert count("/v1/memory/search", "2xx") == 1
+    assert count("/v1/memory/search", "4xx") == 1
+    assert count("/v1/memory/items/{item_id}", "4xx") == 1
