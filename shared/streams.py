@@ -32,6 +32,7 @@ Contract of a stream entry: one field, ``event``, holding an event's JSON
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -373,8 +374,9 @@ class StreamConsumer(Generic[T]):
         await self._ack(unparseable)
         if not good:
             return
+        finished = asyncio.Event()
         keeper = (
-            asyncio.create_task(self._keep_claimed(owner, [d.entry_id for d in good]))
+            asyncio.create_task(self._keep_claimed(owner, [d.entry_id for d in good], finished))
             if owner is not None
             else None
         )
@@ -392,6 +394,7 @@ class StreamConsumer(Generic[T]):
             await self._wait_out(outage.cause)
             return
         finally:
+            finished.set()
             if keeper is not None:
                 keeper.cancel()
             await self._ack(done)
@@ -483,16 +486,26 @@ class StreamConsumer(Generic[T]):
         self.metrics.events.labels(self.stream_name, "retry").inc()
         return []
 
-    async def _keep_claimed(self, owner: str, ids: list[str]) -> None:
-        """While ``owner`` works on ``ids``, reset their idle time (XCLAIM to the same
-        consumer, JUSTID: the delivery count stays) every third of ``claim_idle_ms``.
+    async def _keep_claimed(self, owner: str, ids: list[str], finished: asyncio.Event) -> None:
+        """While ``owner`` works on ``ids`` (until ``finished`` is set), reset their idle
+        time (XCLAIM to the same consumer, JUSTID: the delivery count stays) every third
+        of ``claim_idle_ms``.
 
         Without it an embedder batch of a few thousand texts on a CPU (longer than
         the window) was reclaimed and embedded a second time beside the first,
-        each half as fast (LoCoMo through ``make run``: 14 reclaims, 172 s)."""
+        each half as fast (LoCoMo through ``make run``: 14 reclaims, 172 s).
+
+        It ends on ``finished``, not only on cancellation: redis-py (8.1) swallows a
+        cancellation that arrives while a command is in flight, and a keeper that
+        outlived its batch kept the entries of a batch left pending (an outage, a
+        refusal) claimed for good, so no consumer ever took them over (the kill loop:
+        a turn never stored, turns never embedded)."""
         period = self.settings.claim_idle_ms / 3000
-        while True:
-            await asyncio.sleep(period)
+        while not finished.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(finished.wait(), period)
+            if finished.is_set():
+                return
             try:
                 await self._redis().xclaim(
                     self.stream, self.group, owner, 0, list[Any](ids), justid=True

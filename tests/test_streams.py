@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 from shared.errors import InvalidEvent
 from shared.events import BatchResult, TurnReceived, turn_adapter
+from shared.metrics import ServiceMetrics
 from shared.runtime import Runtime
-from shared.streams import Publisher
+from shared.streams import Publisher, StreamConsumer
 from tests.ingest.helpers import dead_entries
 
 
@@ -112,3 +114,50 @@ async def test_the_adapter_maps_what_the_use_case_names_by_position_to_its_entri
 
 def _turn_text(content: str) -> TurnReceived:
     return TurnReceived(user_id="u", provider="p", chat_id="c", role="user", content=content)
+
+
+async def test_a_batch_left_pending_is_not_kept_claimed_after_its_handling_ends(
+    make_settings, redis
+):
+    """A refused batch stays pending for another delivery: once its handling has ended,
+    nothing resets its idle time any more, so a reclaim can take it over. The claim
+    is kept fresh every few milliseconds here, so the end of a handling often comes
+    while an XCLAIM is in flight, the moment redis-py swallows a cancellation (a keeper
+    that outlived its batch held a turn pending at a live consumer forever)."""
+    settings = make_settings(claim_idle_ms=15, max_attempts=1000)
+    rounds = 40
+
+    async def handle(batch):
+        await asyncio.sleep(random.uniform(0.005, 0.03))
+        raise RuntimeError("refused, left pending for another delivery")
+
+    consumer = StreamConsumer(
+        service="test",
+        stream="turns",
+        group="g",
+        adapter=turn_adapter,
+        handle=handle,
+        redis=lambda: redis,
+        settings=settings,
+        metrics=ServiceMetrics("test"),
+    )
+    await consumer.ensure_group()
+    key = settings.stream("turns")
+    ids = await Publisher(redis, settings).publish("turns", [_turn(i) for i in range(rounds)])
+    entries = await redis.xreadgroup("g", "c", {key: ">"}, count=rounds)
+    try:
+        for entry_id, fields in entries[0][1]:
+            await consumer.process([(entry_id.decode(), fields)], attempts=None, owner="c")
+        await asyncio.sleep(0.3)  # many claim periods: a keeper still running resets idle
+        pending = await redis.xpending_range(key, "g", min="-", max="+", count=rounds)
+        assert sorted(p["message_id"].decode() for p in pending) == sorted(ids)
+        held = [p["message_id"] for p in pending if p["time_since_delivered"] < 200]
+        assert held == [], f"{len(held)} of {rounds} entries still kept claimed"
+    finally:
+        # Keepers that outlived their batch would keep the test's loop from closing.
+        for task in asyncio.all_tasks():
+            for _ in range(1000):
+                if task.done() or "_keep_claimed" not in task.get_coro().__qualname__:
+                    break
+                task.cancel()
+                await asyncio.sleep(0.005)

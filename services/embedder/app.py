@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 
 from fastapi import FastAPI
@@ -44,7 +45,13 @@ def create_app(
             guards=guards,
         )
 
+    orphan_scan_at = 0.0  # monotonic time of the sweep's next look for orphaned rows
+
     async def retry_due() -> None:
+        nonlocal orphan_scan_at
+        orphans = time.monotonic() >= orphan_scan_at
+        if orphans:
+            orphan_scan_at = time.monotonic() + settings.embed_orphan_after_s / 4
         await service.retry_due(
             rt.pool,
             rt.publisher,
@@ -53,6 +60,7 @@ def create_app(
             metrics=metrics,
             indexer=indexer,
             guards=guards,
+            orphans=orphans,
         )
 
     async def index_users() -> None:

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 Wanted = dict[str, dict[EmbedKind, set[Any]]]
 
+NO_PROVIDER = "no embedding provider (full-text only): waits for one to be configured"
+
 COUNT_STATE = {
     (t.name, state): f"SELECT count(*) FROM {t.name} WHERE embedding_state = '{state}'"
     for t in store.TABLES.values()
@@ -113,7 +115,11 @@ async def embed_wanted(
     metrics: EmbedderMetrics | None = None,
     indexer: Indexer | None = None,
     guards: Guards | None = None,
+    swept: bool = False,
 ) -> Outcome:
+    """Embed the ``wanted`` rows with each user's provider. ``swept``: the rows come
+    from the retry sweep, so those of a user with no provider are parked (never swept
+    again until a rebuild) instead of left as they are."""
     items: list[Item] = []
     configs: dict[str, ProviderConfig] = {}
     opts = options(settings)
@@ -138,7 +144,12 @@ async def embed_wanted(
                 )
             continue
         if config is None:
-            continue  # full-text-only: rows stay pending until a provider is configured
+            # Full-text-only: rows stay pending until a provider is configured (its
+            # rebuild asks for them again).
+            if swept:
+                for kind, ids in kinds.items():
+                    await store.park(pool, user_id, kind, list(ids), reason=NO_PROVIDER)
+            continue
         configs[user_id] = config
         for kind, ids in kinds.items():
             pending[kind].extend((user_id, i) for i in ids)
@@ -172,11 +183,22 @@ async def retry_due(
     indexer: Indexer | None = None,
     guards: Guards | None = None,
     limit: int = 500,
+    orphans: bool = False,
 ) -> Outcome:
-    """Embed rows whose provider was down and whose retry time has come."""
+    """Embed rows whose provider was down and whose retry time has come; with
+    ``orphans``, also rows pending and untouched for ``embed_orphan_after_s`` with no
+    retry time, whose request was lost or dead-lettered (a user's rows with no
+    provider are parked the first time, so they are not looked at again)."""
     wanted: Wanted = defaultdict(lambda: defaultdict(set))
     for kind in store.TABLES:
-        for user_id, row_id in await store.due_for_retry(pool, kind, limit=limit):
+        found = await store.due_for_retry(pool, kind, limit=limit)
+        if orphans:
+            found += await store.orphans(
+                pool, kind, older_than_s=settings.embed_orphan_after_s, limit=limit
+            )
+            if found:
+                log.info("embedder: the sweep takes %d %s row(s)", len(found), kind)
+        for user_id, row_id in found:
             wanted[user_id][kind].add(row_id)
     if not wanted:
         return Outcome()
@@ -189,6 +211,7 @@ async def retry_due(
         metrics=metrics,
         indexer=indexer,
         guards=guards,
+        swept=True,
     )
 
 

@@ -43,6 +43,13 @@ class EmbedderSettings(EmbeddingSettings):
     )
     embed_retry_max_s: float = Field(default=600.0, description="longest retry delay")
     embed_sweep_s: float = Field(default=2.0, description="how often due retries are looked for")
+    embed_orphan_after_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="a row pending this long with no retry time and never tried has lost "
+        "its request (dead-lettered, lost): the sweep embeds it; it looks for such rows "
+        "every quarter of this",
+    )
     vector_index_min_rows: int = Field(
         default=5000,
         description="a user with more embedded rows of a table than this gets "

@@ -32,14 +32,19 @@ class Table:
     name: str
     id_type: str  # SQL type of the id column
     text_sql: str  # SQL expression of the text to embed
+    touched: str  # the column that says when the row last changed (made pending)
 
 
 TABLES: dict[EmbedKind, Table] = {
     "message": Table(
-        "message", "messages", "bigint", "content, role, tool_name, tool_args, tool_result"
+        "message",
+        "messages",
+        "bigint",
+        "content, role, tool_name, tool_args, tool_result",
+        "created_at",
     ),
-    "memory": Table("memory", "memory_items", "uuid", "content"),
-    "episode": Table("episode", "episodes", "uuid", "summary_text AS content"),
+    "memory": Table("memory", "memory_items", "uuid", "content", "updated_at"),
+    "episode": Table("episode", "episodes", "uuid", "summary_text AS content", "updated_at"),
 }
 
 
@@ -106,6 +111,24 @@ def _statements(t: Table) -> dict[str, str]:
             WHERE embedding_state = 'pending' AND embedding_retry_at <= now()
             ORDER BY embedding_retry_at
             LIMIT $1
+        """,
+        # ORPHANS: pending, never tried, no retry time, untouched for $1 seconds: its
+        # EmbedRequested was lost or dead-lettered (docs/embeddings.md).
+        "orphans": f"""
+            SELECT user_id, id FROM {t.name}
+            WHERE embedding_state = 'pending' AND embedding_retry_at IS NULL
+              AND embedding_attempts = 0
+              AND {t.touched} < now() - $1::float8 * interval '1 second'
+            ORDER BY {t.touched}
+            LIMIT $2
+        """,
+        # Rows of a user with no provider (full-text only) that the sweep found: they
+        # wait for a provider (a rebuild resets them) and are never swept again.
+        "park": f"""
+            UPDATE {t.name}
+            SET embedding_attempts = embedding_attempts + 1, embedding_error = $3,
+                embedding_retry_at = NULL
+            WHERE user_id = $1 AND id = ANY($2::{t.id_type}[]) AND embedding_state = 'pending'
         """,
     }
 
@@ -336,3 +359,22 @@ async def defer(
 async def due_for_retry(conn: Executor, kind: EmbedKind, *, limit: int) -> list[tuple[str, Any]]:
     """Deferred rows whose retry time has come, across users (the embedder's own sweep)."""
     return [(r["user_id"], r["id"]) for r in await conn.fetch(SQL[kind]["due"], limit)]
+
+
+async def orphans(
+    conn: Executor, kind: EmbedKind, *, older_than_s: float, limit: int
+) -> list[tuple[str, Any]]:
+    """Pending rows never tried, with no retry time, untouched for ``older_than_s``:
+    rows whose request was lost or dead-lettered (the sweep's safety net)."""
+    return [
+        (r["user_id"], r["id"]) for r in await conn.fetch(SQL[kind]["orphans"], older_than_s, limit)
+    ]
+
+
+async def park(
+    conn: Executor, user_id: str, kind: EmbedKind, ids: Sequence[Any], *, reason: str
+) -> None:
+    """Leave rows the sweep found pending without a retry time and out of its sight
+    (``embedding_attempts`` > 0): their user has no provider; a rebuild resets them."""
+    if ids:
+        await conn.execute(SQL[kind]["park"], user_id, list(ids), reason[:2000])

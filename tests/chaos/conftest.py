@@ -1,6 +1,8 @@
 """The reliability suite (issue 17.8): marked ``chaos`` (and ``slow``, so ``make
 test-fast`` leaves it out). Its default size is the short form ``.ci/run`` runs
-(a few minutes); ``ENGRAM_CHAOS_SCALE=10`` runs ten times the load.
+(a few minutes); ``ENGRAM_CHAOS_SCALE=10`` runs ten times the load;
+``ENGRAM_CHAOS_LOG_LEVEL=INFO`` makes the services' logs say more (kept when a test
+fails).
 
 Each test adds its rows to one table, printed at the end of the run:
 lost, duplicated, leaks, 5xx, and poison throughput against clean. The rows travel
@@ -59,13 +61,14 @@ def embed_server() -> Any:
 
 
 @pytest.fixture(scope="session")
-def stack(embed_server: Any) -> Any:
+def stack(request: pytest.FixtureRequest, embed_server: Any) -> Any:
     """Own PostgreSQL and Redis (restartable), the query service, and two instances of
     each consumer in the same group.
 
     In a directory of its own, not under pytest's: a pytest session that starts
     meanwhile makes ``/tmp/pytest-of-<user>`` private again, and PostgreSQL (run as
-    its own user) could then no longer reach its data directory to restart."""
+    its own user) could then no longer reach its data directory to restart. When a
+    test failed, the services' logs (and Redis's) are kept: the path is printed."""
     from tests.chaos.stack import start_stack
 
     root = Path(tempfile.mkdtemp(prefix="engram-chaos-"))
@@ -80,10 +83,17 @@ def stack(embed_server: Any) -> Any:
         ENGRAM_EMBED_RETRY_BACKOFF_S="1",
         ENGRAM_EMBED_RETRY_MAX_S="5",
         ENGRAM_SECRET_KEY="chaos-secret",
+        ENGRAM_LOG_LEVEL=os.environ.get("ENGRAM_CHAOS_LOG_LEVEL", "WARNING"),
     )
     try:
         s.add_all({"query": 1, "ingest": 2, "embedder": 2, "extractor": 2})
         yield s
     finally:
         s.stop()
+        if request.session.testsfailed:
+            kept = Path(tempfile.mkdtemp(prefix="engram-chaos-logs-"))
+            for log in [*root.glob("*.log"), root / "redis" / "redis.log"]:
+                if log.exists():
+                    shutil.copy(log, kept / log.name)
+            print(f"\nchaos: a test failed; the services' logs are kept in {kept}")
         shutil.rmtree(root, ignore_errors=True)

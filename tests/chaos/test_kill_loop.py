@@ -19,12 +19,17 @@ import redis.asyncio as aioredis
 from shared.events import TurnReceived, encode
 from shared.streams import EVENT_FIELD
 from tests.chaos.conftest import SCALE, record
+from tests.chaos.explain import explain
 from tests.support import wait_for
 
 USERS = 8
 TURNS = 1500 * SCALE
 BATCH = 25
 KILL_EVERY_S = 2.0
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
 def _turns(start: int, n: int, tag: str) -> list[TurnReceived]:
@@ -80,6 +85,7 @@ async def test_no_turn_is_lost_or_duplicated_under_kills_and_restarts(stack: Any
             await _publish(stack.redis_url, key, batch)
             published.extend(batch)
             await asyncio.sleep(0.4)
+        events.append(f"{_now()} all {len(published)} turns published")
         done.set()
 
     async def killer() -> None:
@@ -94,15 +100,15 @@ async def test_no_turn_is_lost_or_duplicated_under_kills_and_restarts(stack: Any
             victim = rng.choice(stack.consumers())
             victim.kill()
             victim.start()
-            events.append(f"kill {victim.service}-{victim.n}")
+            events.append(f"{_now()} kill {victim.service}-{victim.n}")
             elapsed = time.monotonic() - started
             if not redis_done and len(published) >= TURNS // 3:
                 took = await asyncio.to_thread(stack.restart_redis)
-                events.append(f"redis restarted ({took:.1f} s) at {elapsed:.0f} s")
+                events.append(f"{_now()} redis restarted ({took:.1f} s) at {elapsed:.0f} s")
                 redis_done = True
             if not pg_done and len(published) >= 2 * TURNS // 3:
                 took = await asyncio.to_thread(stack.restart_postgres)
-                events.append(f"postgres restarted ({took:.1f} s) at {elapsed:.0f} s")
+                events.append(f"{_now()} postgres restarted ({took:.1f} s) at {elapsed:.0f} s")
                 pg_done = True
 
     started = time.monotonic()
@@ -114,21 +120,29 @@ async def test_no_turn_is_lost_or_duplicated_under_kills_and_restarts(stack: Any
 
     url = stack.database_url
     stored = "SELECT count(DISTINCT event_id) FROM messages WHERE user_id = ANY($1)"
-    await wait_for(
-        lambda: _equals(url, stored, len(published), users),
-        timeout=180,
-        interval=0.25,
-        message="every published turn stored",
-    )
+    try:
+        await wait_for(
+            lambda: _equals(url, stored, len(published), users),
+            timeout=180,
+            interval=0.25,
+            message="every published turn stored",
+        )
+    except AssertionError:
+        print(await explain(stack, users, events, published=published))
+        raise
     unembedded = (
         "SELECT count(*) FROM messages WHERE user_id = ANY($1) AND embedding_state <> 'ready'"
     )
-    await wait_for(
-        lambda: _equals(url, unembedded, 0, users, stack),
-        timeout=180,
-        interval=0.25,
-        message="embedded",
-    )
+    try:
+        await wait_for(
+            lambda: _equals(url, unembedded, 0, users, stack),
+            timeout=180,
+            interval=0.25,
+            message="embedded",
+        )
+    except AssertionError:
+        print(await explain(stack, users, events))
+        raise
     unextracted = (
         "SELECT count(*) FROM episodes WHERE user_id = ANY($1) "
         "AND (status <> 'closed' OR extract_due OR extracted_at IS NULL)"

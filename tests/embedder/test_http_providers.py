@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from services.embedder import service
 from services.embedder.settings import EmbedderSettings
-from shared.embeddings import ProviderSettingsIn, put_provider_settings
+from shared.embeddings import ProviderSettingsIn, put_provider_settings, store
 from shared.embeddings.providers import ProviderRegistry
 from shared.embeddings.store import message_text
 from shared.events import EmbedRequested, EmbedTarget
@@ -338,3 +338,58 @@ def test_a_turn_is_embedded_with_its_date_and_speaker() -> None:
     assert message_text("", "tool", "weather", {"city": "Oslo"}, None, speaker="x", at=at) == (
         'tool weather: args: {"city": "Oslo"}'
     )
+
+
+async def _age(pool: asyncpg.Pool, ids: list[int]) -> None:
+    """As if the rows were stored long ago (and first in the sweep's order)."""
+    await pool.execute(
+        "UPDATE messages SET created_at = '2000-01-01' WHERE id = ANY($1::bigint[])", ids
+    )
+
+
+async def test_the_sweep_embeds_a_row_whose_request_was_lost(
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
+) -> None:
+    """Pending, never tried, no retry time, older than embed_orphan_after_s: no request
+    names it any more (dead-lettered, lost), so the sweep takes it; a younger row is
+    left to its request."""
+    await configure(pool, user_id, esettings, server, "openai")
+    lost = await add_messages(pool, user_id, ["my request was dead-lettered"])
+    young = await add_messages(pool, user_id, ["my request is on its way"])
+    await _age(pool, lost)
+    publisher = Publisher(redis, esettings)
+    await service.retry_due(pool, publisher, settings=esettings, registry=registry)
+    assert [r["embedding_state"] for r in await states(pool, lost)] == ["pending"]
+    await service.retry_due(pool, publisher, settings=esettings, registry=registry, orphans=True)
+    assert [r["embedding_state"] for r in await states(pool, lost)] == ["ready"]
+    assert [r["embedding_state"] for r in await states(pool, young)] == ["pending"]
+
+
+async def test_the_sweep_parks_the_rows_of_a_user_without_a_provider(
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    registry: ProviderRegistry,
+    user_id: str,
+) -> None:
+    """A full-text-only user's rows wait for a provider: the sweep finds them once,
+    says why they wait, and never looks at them again (a rebuild resets them)."""
+    ids = await add_messages(pool, user_id, ["no provider here"])
+    await _age(pool, ids)
+    publisher = Publisher(redis, esettings)
+    await service.retry_due(pool, publisher, settings=esettings, registry=registry, orphans=True)
+    [row] = await pool.fetch(
+        "SELECT embedding_state, embedding_attempts, embedding_retry_at, embedding_error "
+        "FROM messages WHERE id = $1",
+        ids[0],
+    )
+    assert row["embedding_state"] == "pending" and row["embedding_retry_at"] is None
+    assert row["embedding_attempts"] == 1
+    assert row["embedding_error"] == service.NO_PROVIDER
+    found = await store.orphans(pool, "message", older_than_s=60, limit=100_000)
+    assert (user_id, ids[0]) not in found
