@@ -38,8 +38,8 @@ from bench import context as bctx
 from bench import search as bsearch
 from bench.common import bench_postgres
 from engram_cli.embedded import EmbeddedRedis, free_port
-from shared.db import connect, create_pool
-from shared.migrate import migrate
+from shared.db import create_pool
+from shared.migrate import apply
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "ab.json"
@@ -145,11 +145,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     url = await asyncio.to_thread(pg.start)
     redis_url = rd.start(persistent=False)
     try:
-        conn = await connect(url, codecs=False)
-        try:
-            await migrate(conn, embedding_dim=384)
-        finally:
-            await conn.close()
+        await apply(url, embedding_dim=384)
         context_user = f"bench-{uuid.uuid4().hex[:8]}"
         t0 = time.perf_counter()
         await load(url, args, context_user)

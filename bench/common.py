@@ -24,8 +24,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from engram_cli.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
-from shared.db import connect
-from shared.migrate import migrate
+from shared.migrate import apply
 from shared.settings import CommonSettings, default_shared_buffers
 
 RESULTS = Path(__file__).parent / "results"
@@ -46,7 +45,7 @@ def share_model_cache(data_dir: Path) -> None:
     (data_dir / "models").symlink_to(shared)
 
 
-def _run_blocking(work: Coroutine[Any, Any, None]) -> None:
+def _run_blocking(work: Coroutine[Any, Any, object]) -> None:
     """Run ``work`` to the end, from sync code or from inside a running event loop
     (then on a thread of its own: ``asyncio.run`` refuses a nested loop)."""
     try:
@@ -75,14 +74,7 @@ def bench_stack(prefix: str = "bench") -> Iterator[CommonSettings]:
             rd = EmbeddedRedis(tmp / "redis", port=free_port())
             redis_url = rd.start(persistent=False)
 
-        async def _migrate() -> None:
-            conn = await connect(db_url, codecs=False)
-            try:
-                await migrate(conn, embedding_dim=base.embedding_dim)
-            finally:
-                await conn.close()
-
-        _run_blocking(_migrate())
+        _run_blocking(apply(db_url, embedding_dim=base.embedding_dim))
         yield base.model_copy(
             update={
                 "database_url": SecretStr(db_url),

@@ -48,10 +48,10 @@ from engram_cli.embedded import EmbeddedRedis, free_port
 from services.query.context.auto import assemble_auto
 from services.query.context.command import ContextQuery
 from services.query.recall import embed_query
-from shared.db import connect, create_pool
+from shared.db import create_pool
 from shared.embeddings import vector_index
 from shared.memory.people import resolve_person
-from shared.migrate import migrate
+from shared.migrate import apply
 
 RESULTS = Path(__file__).parent / "results" / "context.json"
 TARGET_P95_MS = 40.0
@@ -409,11 +409,7 @@ async def main_async(args: argparse.Namespace) -> int:
         if not redis_url:
             rd = EmbeddedRedis(tmp / "redis", port=free_port())
             redis_url = rd.start(persistent=False)
-        conn = await connect(url, codecs=False)
-        try:
-            await migrate(conn, embedding_dim=384)
-        finally:
-            await conn.close()
+        await apply(url, embedding_dim=384)
         user_id = f"bench-{uuid.uuid4().hex[:8]}"
         t0 = time.perf_counter()
         await load(url, user_id, memories=args.memories, messages=args.messages, seed=args.seed)

@@ -49,10 +49,9 @@ from engram_cli.embedded import free_port
 from services.embedder.app import create_app as embedder_app
 from services.embedder.settings import EmbedderSettings
 from services.ingest.settings import IngestSettings
-from shared.db import connect
 from shared.embeddings import local, store
 from shared.events import TurnReceived
-from shared.migrate import migrate
+from shared.migrate import apply
 from shared.streams import Publisher
 
 RESULTS = Path(__file__).parent / "results" / "embed.json"
@@ -258,9 +257,7 @@ async def main(n: int, rounds: int) -> None:
     model_texts = [model_text(t) for t in corpus]
     with stack() as (db_url, redis_url, tmp):
         assert redis_url is not None
-        conn = await connect(db_url, codecs=False)
-        await migrate(conn, embedding_dim=384)
-        await conn.close()
+        await apply(db_url, embedding_dim=384)
         config = EmbedderSettings()
         workers = config.embedding_local_workers
         local.configure(workers=1, threads=0, cache_dir=tmp / "models")
@@ -432,9 +429,7 @@ async def live(model: str, rates: list[float], seconds: float) -> dict[str, Any]
     steps: list[dict[str, Any]] = []
     with stack() as (db_url, redis_url, tmp):
         assert redis_url is not None
-        conn = await connect(db_url, codecs=False)
-        await migrate(conn, embedding_dim=384)
-        await conn.close()
+        await apply(db_url, embedding_dim=384)
         common: dict[str, Any] = {
             "database_url": SecretStr(db_url),
             "redis_url": SecretStr(redis_url),
