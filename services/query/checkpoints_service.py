@@ -16,6 +16,9 @@ from services.query.memory_service import ENSURE_USER
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
 
+MAX_STEP = 2**31 - 1
+"""The highest checkpoint step (the column is a PostgreSQL integer)."""
+
 _COLUMNS = "thread_id, checkpoint_id, parent_id, agent_id, step, state, created_at"
 
 LATEST = f"""
@@ -90,6 +93,11 @@ async def save(
             if wanted_step is not None
             else (parent["step"] + 1 if parent is not None else 0)
         )
+        if step > MAX_STEP:  # the parent is at the column's limit (an integer)
+            raise InvalidRequest(
+                f"step: the parent checkpoint is at step {MAX_STEP}, the highest there is; "
+                "give this checkpoint a step"
+            )
         row = await conn.fetchrow(
             SAVE, user_id, thread_id, checkpoint_id, parent_id, agent_id, step, state
         )

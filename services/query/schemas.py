@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from services.query.checkpoints_service import MAX_STEP
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
 from shared.memory.writer import MemoryType
 
@@ -159,7 +160,7 @@ class CheckpointIn(Body):
     checkpoint_id: Annotated[str | None, Field(min_length=1, max_length=255)] = None
     parent_id: Annotated[str | None, Field(min_length=1, max_length=255)] = None
     agent_id: Annotated[str | None, Field(max_length=255)] = None
-    step: Annotated[int | None, Field(ge=0, le=2**31 - 1)] = None
+    step: Annotated[int | None, Field(ge=0, le=MAX_STEP)] = None
 
 
 class AdminSearchIn(SearchIn):

@@ -252,6 +252,24 @@ async def test_checkpoint_lineage_follows_parents(make_settings, pool, user_id):
         assert (await client.delete(base, headers=h)).json()["deleted"] == 3
 
 
+async def test_a_checkpoint_after_the_highest_step_is_refused_not_a_500(
+    make_settings, pool, user_id
+):
+    """Found by the fuzz run: a parent at step 2**31 - 1 made the next step overflow
+    the integer column (500); it is a 400 naming the step, and an explicit step works."""
+    app = create_app(make_settings(QuerySettings))
+    h = await auth(pool, user_id)
+    base = "/v1/threads/t/checkpoints"
+    async with running(app) as client:
+        top = {"state": {}, "checkpoint_id": "top", "step": 2**31 - 1}
+        assert (await client.post(base, headers=h, json=top)).status_code == 200
+        r = await client.post(base, headers=h, json={"state": {}, "checkpoint_id": "next"})
+        assert r.status_code == 400 and "step" in r.json()["detail"]
+        given = {"state": {}, "checkpoint_id": "next", "step": 7}
+        r = await client.post(base, headers=h, json=given)
+        assert r.status_code == 200 and (r.json()["parent_id"], r.json()["step"]) == ("top", 7)
+
+
 async def test_the_facts_list_and_the_summary_count_the_same_facts(make_settings, pool, user_id):
     """A fact the extractor learned (no key) is listed by GET /v1/facts and counted by
     /v1/facts/summary: both said otherwise before (0 listed, 1 counted)."""
