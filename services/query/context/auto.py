@@ -22,6 +22,7 @@ push a turn hit out, and no longer opens every context.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -226,27 +227,34 @@ async def assemble_auto(
     pool: asyncpg.Pool, user_id: str, query: ContextQuery, qv: QueryVector
 ) -> ContextOut:
     chat = query.chat
-    async with pool.acquire() as conn:
-        member = await is_member(conn, user_id, chat) if chat else False
-        turns = (
-            await past_turns(conn, user_id, query.message, qv, limit=turn_hits(query.token_budget))
-            if query.message.strip()
-            else []
-        )
-        memories = await search_memories(
-            conn,
-            user_id,
-            query=query.message,
-            vector=qv.vector,
-            model=qv.model,
-            chat=chat,
-            member=member,
-            limit=MAX_MEMORIES,
-        )
-        # the relevant ones first (a stable sort keeps each part's ranking)
-        memories.sort(key=lambda m: not m.relevant)
-        subjects = await subject_people(conn, memories)
-        people = await list_people(conn, user_id)
+
+    async def turn_part() -> list[Turn]:
+        if not query.message.strip():
+            return []
+        async with pool.acquire() as conn:
+            limit = turn_hits(query.token_budget)
+            return await past_turns(conn, user_id, query.message, qv, limit=limit)
+
+    async def memory_part() -> tuple[list[MemoryHit], dict[uuid.UUID, Person], list[Person]]:
+        async with pool.acquire() as conn:
+            member = await is_member(conn, user_id, chat) if chat else False
+            memories = await search_memories(
+                conn,
+                user_id,
+                query=query.message,
+                vector=qv.vector,
+                model=qv.model,
+                chat=chat,
+                member=member,
+                limit=MAX_MEMORIES,
+            )
+            # the relevant ones first (a stable sort keeps each part's ranking)
+            memories.sort(key=lambda m: not m.relevant)
+            return memories, await subject_people(conn, memories), await list_people(conn, user_id)
+
+    # The turns and the memories on two connections at once (each part holds one
+    # connection at a time, so a busy pool cannot deadlock): PostgreSQL runs both.
+    turns, (memories, subjects, people) = await asyncio.gather(turn_part(), memory_part())
     blocks = [
         people_block(people),
         Block(
