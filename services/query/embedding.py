@@ -28,11 +28,19 @@ import asyncpg
 
 from shared.embeddings import DimensionTooLarge, Embedder, fit_to_column, resolve_embedder
 from shared.embeddings.guard import GuardedEmbedder, default_guards
+from shared.embeddings.local import LocalEmbedder
 from shared.embeddings.user_settings import Stored, as_embedding_settings
 from shared.errors import EngramError, ProviderUnavailable
 from shared.settings import CommonSettings
 
 log = logging.getLogger(__name__)
+
+# A query this short (a question is ~60 characters, ~13 tokens: ~1 ms of the int8
+# model) is embedded by the local model on the event loop itself when no other pass
+# is running: the hand-off to a worker thread and the wake-up back on the loop were
+# ~2 ms of a search's wall on a busy machine. A longer one goes to a thread, so the
+# loop never stops for long.
+INLINE_MAX_CHARS = 300
 
 
 class Resolver(Protocol):
@@ -110,7 +118,11 @@ async def embed_query(
         embedder = guarded(await resolver(pool, user_id, settings, stored=stored), settings)
         if embedder is None:
             return None
-        vectors = await embedder.embed([text])
+        vectors = None
+        if isinstance(embedder, LocalEmbedder) and len(text) <= INLINE_MAX_CHARS:
+            vectors = embedder.embed_now([text])  # on the loop: no thread hop
+        if vectors is None:
+            vectors = await embedder.embed([text])
         if not vectors:
             return None
         return fit_to_column(vectors[0], settings.embedding_dim)
