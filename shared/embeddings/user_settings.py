@@ -146,14 +146,18 @@ def as_embedding_settings(settings: CommonSettings) -> EmbeddingSettings:
 _coerced: dict[int, tuple[CommonSettings, EmbeddingSettings]] = {}
 
 
+Row = Mapping[str, Any] | asyncpg.Record
+"""A settings row: as read by ``GET_SETTINGS``, or its columns out of a wider one."""
+
+
 class Stored(NamedTuple):
     """A user's settings row as already read in this request (``row`` None: they have
     none), so resolving their embedder reads nothing more."""
 
-    row: Mapping[str, Any] | None
+    row: Row | None
 
 
-def _user_config(settings: EmbeddingSettings, row: Mapping[str, Any]) -> ProviderConfig:
+def _user_config(settings: EmbeddingSettings, row: Row) -> ProviderConfig:
     key = row["api_key_enc"]
     return ProviderConfig(
         provider=row["provider"],
@@ -165,7 +169,7 @@ def _user_config(settings: EmbeddingSettings, row: Mapping[str, Any]) -> Provide
     )
 
 
-def choose(settings: EmbeddingSettings, row: Mapping[str, Any] | None) -> ProviderConfig | None:
+def choose(settings: EmbeddingSettings, row: Row | None) -> ProviderConfig | None:
     """The precedence rule on an already-read settings row."""
     if row is not None and not row["enabled"]:
         return None

@@ -373,7 +373,7 @@ def fuse_hits(
     )
 
 
-async def uses_index(conn: Conn, user_id: str | None) -> bool:
+async def uses_index(conn: Executor, user_id: str | None) -> bool:
     """Whether a user's semantic search walks the HNSW index (else: exact scan).
 
     Only users with more embedded memories than the exact scan handles well are
