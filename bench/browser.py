@@ -197,7 +197,7 @@ async def run(settings: CommonSettings, args: argparse.Namespace) -> dict[str, A
     qs = QuerySettings(**settings.model_dump())
     vector = [float(x) for x in _unit(rng, 1)[0]]
 
-    async def resolver(pool: Any, user_id: str, settings: Any) -> FixedVector:
+    async def resolver(pool: Any, user_id: str, settings: Any, **_: Any) -> FixedVector:
         return FixedVector(vector)
 
     pages = {

@@ -365,7 +365,7 @@ async def measure(
         db_pool_max=4,
     )
 
-    async def resolver(pool: Any, uid: str, s: Any) -> Any:
+    async def resolver(pool: Any, uid: str, s: Any, **_: Any) -> Any:
         return model
 
     app = create_app(settings, resolver=resolver)

@@ -42,7 +42,7 @@ def _resolver() -> Resolver:
     except ImportError:
         local = _Local()
 
-        async def resolve(pool: Any, user_id: str, settings: Any) -> _Local:
+        async def resolve(pool: Any, user_id: str, settings: Any, **_: Any) -> _Local:
             return local
 
         return resolve

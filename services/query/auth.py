@@ -19,6 +19,7 @@ from fastapi import Depends, HTTPException, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from shared.apikeys import ApiKey, lookup_key
+from shared.embeddings.user_settings import Stored
 from shared.erasure import refuse_erased
 from shared.errors import UserErased
 
@@ -46,6 +47,11 @@ class Principal:
     @property
     def user_id(self) -> str | None:
         return self.key.user_id
+
+    def embedding_settings(self, user_id: str) -> Stored | None:
+        """``user_id``'s embedding settings as read with this key (a user key acting for
+        its own user), else None: the resolver reads them."""
+        return self.key.embedding_settings if user_id == self.key.user_id else None
 
 
 def _secret_from(request: Request) -> str | None:

@@ -1,8 +1,10 @@
 """Which embedder serves a user's request, and a failure-tolerant query vector.
 
-``create_app`` keeps one resolver ``(pool, user_id, settings) -> Embedder | None``
-(default :func:`shared.embeddings.resolve_embedder`; None = the user runs
-full-text-only). Search, tools, people and context all go through it.
+``create_app`` keeps one resolver ``(pool, user_id, settings, *, stored=None) ->
+Embedder | None`` (default :func:`shared.embeddings.resolve_embedder`; None = the
+user runs full-text-only). Search, tools, people and context all go through it.
+``stored`` is the user's settings row when the request already read it with the
+API key (``shared.apikeys.lookup_key``); the resolver then reads nothing more.
 
 A query embedding that fails is not an error for a read: Nova 3.2 says search
 then runs full-text-only, so :func:`embed_query` returns None and logs, and
@@ -19,19 +21,39 @@ at once while the circuit is open.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import asyncpg
 
 from shared.embeddings import DimensionTooLarge, Embedder, fit_to_column, resolve_embedder
 from shared.embeddings.guard import GuardedEmbedder, default_guards
-from shared.embeddings.user_settings import as_embedding_settings
+from shared.embeddings.local import LocalEmbedder
+from shared.embeddings.user_settings import Stored, as_embedding_settings
 from shared.errors import EngramError, ProviderUnavailable
 from shared.settings import CommonSettings
 
 log = logging.getLogger(__name__)
 
-Resolver = Callable[[asyncpg.Pool, str, CommonSettings], Awaitable[Embedder | None]]
+# A query this short (a question is ~60 characters, ~13 tokens: ~1 ms of the int8
+# model) is embedded by the local model on the event loop itself when no other pass
+# is running: the hand-off to a worker thread and the wake-up back on the loop were
+# ~2 ms of a search's wall on a busy machine. A longer one goes to a thread, so the
+# loop never stops for long.
+INLINE_MAX_CHARS = 300
+
+
+class Resolver(Protocol):
+    async def __call__(
+        self,
+        pool: asyncpg.Pool,
+        user_id: str,
+        settings: CommonSettings,
+        /,
+        *,
+        stored: Stored | None = None,
+    ) -> Embedder | None: ...
+
 
 default_resolver: Resolver = resolve_embedder
 
@@ -88,13 +110,19 @@ async def embed_query(
     user_id: str,
     settings: CommonSettings,
     text: str,
+    stored: Stored | None = None,
 ) -> list[float] | None:
-    """The user's query vector, or None when they have no embedder or embedding failed."""
+    """The user's query vector, or None when they have no embedder or embedding failed;
+    ``stored``: the user's settings row if this request already read it."""
     try:
-        embedder = guarded(await resolver(pool, user_id, settings), settings)
+        embedder = guarded(await resolver(pool, user_id, settings, stored=stored), settings)
         if embedder is None:
             return None
-        vectors = await embedder.embed([text])
+        vectors = None
+        if isinstance(embedder, LocalEmbedder) and len(text) <= INLINE_MAX_CHARS:
+            vectors = embedder.embed_now([text])  # on the loop: no thread hop
+        if vectors is None:
+            vectors = await embedder.embed([text])
         if not vectors:
             return None
         return fit_to_column(vectors[0], settings.embedding_dim)

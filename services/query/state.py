@@ -20,6 +20,7 @@ from services.query.embedding import Resolver, embed_query
 from services.query.ranking.memories import SearchParams, SearchResult, search
 from services.query.ranking.turns import MODES
 from services.query.settings import QuerySettings
+from shared.embeddings.user_settings import Stored
 
 
 @dataclass
@@ -69,10 +70,10 @@ class QueryState:
         )
 
     async def query_vector(
-        self, pool: asyncpg.Pool, *, user_id: str, text: str
+        self, pool: asyncpg.Pool, *, user_id: str, text: str, stored: Stored | None = None
     ) -> list[float] | None:
         return await embed_query(
-            self.resolver, pool, user_id=user_id, settings=self.settings, text=text
+            self.resolver, pool, user_id=user_id, settings=self.settings, text=text, stored=stored
         )
 
     async def search(
@@ -82,14 +83,18 @@ class QueryState:
         *,
         user_id: str | None,
         all_users: bool = False,
+        stored: Stored | None = None,
     ) -> SearchResult:
         """Embed the query (unless match-all or cross-user), search, count the mode.
 
         A cross-user (admin) search is full-text only: users may embed with
-        different models, so one query vector cannot rank them all."""
+        different models, so one query vector cannot rank them all. ``stored``: the
+        user's embedding settings if the request read them with its API key."""
         vector = None
         if not params.match_all and user_id is not None and not all_users:
-            vector = await self.query_vector(pool, user_id=user_id, text=params.query)
+            vector = await self.query_vector(
+                pool, user_id=user_id, text=params.query, stored=stored
+            )
         result = await search(pool, params, user_id=user_id, vector=vector, all_users=all_users)
         self.searches.labels(result.mode).inc()
         return result

@@ -110,16 +110,32 @@ def encode(texts: Sequence[str], *, batch_size: int, model: str = MODEL_NAME) ->
     """Blocking: normalised vectors for ``texts`` (what the bench calls 'the bare model')."""
     loaded = load_model(model)
     with _passes:
-        if model == MODEL_NAME:
-            vectors = loaded.encode(
-                list(texts),
-                batch_size=batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        else:
-            vectors = loaded.encode(texts, batch_size=batch_size)
+        return _pass(loaded, texts, batch_size, model)
+
+
+def encode_now(texts: Sequence[str], *, model: str = MODEL_NAME) -> list[list[float]] | None:
+    """``encode`` on the calling thread only if it need not wait: None when the model is
+    not loaded yet or a pass is running (the caller then hands the texts to a thread)."""
+    loaded = _models.get(model)
+    if loaded is None or not _passes.acquire(blocking=False):
+        return None
+    try:
+        return _pass(loaded, texts, len(texts), model)
+    finally:
+        _passes.release()
+
+
+def _pass(loaded: Any, texts: Sequence[str], batch_size: int, model: str) -> list[list[float]]:
+    if model == MODEL_NAME:
+        vectors = loaded.encode(
+            list(texts),
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+    else:
+        vectors = loaded.encode(texts, batch_size=batch_size)
     return [v.tolist() for v in vectors]
 
 
@@ -149,5 +165,14 @@ class LocalEmbedder:
             return await asyncio.to_thread(
                 encode, texts, batch_size=self._batch_size, model=self._model
             )
+        except (RuntimeError, ValueError) as exc:
+            raise ProviderError(f"local model failed: {exc}") from exc
+
+    def embed_now(self, texts: Sequence[str]) -> list[list[float]] | None:
+        """The vectors computed on the calling thread (an event loop's: no hand-off to a
+        worker thread and back), or None when that would wait for the model's load or
+        for a pass already running: then ``embed``."""
+        try:
+            return encode_now(texts, model=self._model)
         except (RuntimeError, ValueError) as exc:
             raise ProviderError(f"local model failed: {exc}") from exc

@@ -1,6 +1,8 @@
 """Per-user provider settings (table ``embedding_settings``) and choosing a user's embedder.
 
-Read on each call, so a change applies at once. Precedence (Nova 3.1.3):
+Read on each call, so a change applies at once: by ``resolve_config``, or in the
+same statement as the caller's API key (``shared.apikeys.lookup_key``, one round
+trip for both), handed over as :class:`Stored`. Precedence (Nova 3.1.3):
 
 1. a user who turned embeddings off gets none (full-text-only);
 2. the system provider (``ENGRAM_EMBEDDING_PROVIDER``, default ``local``), unless
@@ -12,9 +14,9 @@ Read on each call, so a change applies at once. Precedence (Nova 3.1.3):
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 import asyncpg
 from pydantic import BaseModel, Field, SecretStr, model_validator
@@ -35,8 +37,18 @@ from shared.embeddings.settings import EmbeddingSettings
 from shared.errors import ConfigError, ProviderError
 from shared.settings import CommonSettings
 
-GET_SETTINGS = """
-SELECT enabled, provider, endpoint_url, model, api_key_enc, dimensions, updated_at
+COLUMNS = (
+    "enabled",
+    "provider",
+    "endpoint_url",
+    "model",
+    "api_key_enc",
+    "dimensions",
+    "updated_at",
+)
+
+GET_SETTINGS = f"""
+SELECT {", ".join(COLUMNS)}
 FROM embedding_settings WHERE user_id = $1
 """
 
@@ -134,7 +146,18 @@ def as_embedding_settings(settings: CommonSettings) -> EmbeddingSettings:
 _coerced: dict[int, tuple[CommonSettings, EmbeddingSettings]] = {}
 
 
-def _user_config(settings: EmbeddingSettings, row: asyncpg.Record) -> ProviderConfig:
+Row = Mapping[str, Any] | asyncpg.Record
+"""A settings row: as read by ``GET_SETTINGS``, or its columns out of a wider one."""
+
+
+class Stored(NamedTuple):
+    """A user's settings row as already read in this request (``row`` None: they have
+    none), so resolving their embedder reads nothing more."""
+
+    row: Row | None
+
+
+def _user_config(settings: EmbeddingSettings, row: Row) -> ProviderConfig:
     key = row["api_key_enc"]
     return ProviderConfig(
         provider=row["provider"],
@@ -146,7 +169,7 @@ def _user_config(settings: EmbeddingSettings, row: asyncpg.Record) -> ProviderCo
     )
 
 
-def choose(settings: EmbeddingSettings, row: asyncpg.Record | None) -> ProviderConfig | None:
+def choose(settings: EmbeddingSettings, row: Row | None) -> ProviderConfig | None:
     """The precedence rule on an already-read settings row."""
     if row is not None and not row["enabled"]:
         return None
@@ -157,11 +180,12 @@ def choose(settings: EmbeddingSettings, row: asyncpg.Record | None) -> ProviderC
 
 
 async def resolve_config(
-    pool: Executor, user_id: str, settings: CommonSettings
+    pool: Executor, user_id: str, settings: CommonSettings, *, stored: Stored | None = None
 ) -> ProviderConfig | None:
-    """The provider configuration in effect for ``user_id`` now (None = full-text-only)."""
+    """The provider configuration in effect for ``user_id`` now (None = full-text-only);
+    ``stored``: their row as already read in this request (else it is read here)."""
     s = as_embedding_settings(settings)
-    row = await pool.fetchrow(GET_SETTINGS, user_id)
+    row = stored.row if stored is not None else await pool.fetchrow(GET_SETTINGS, user_id)
     return choose(s, row)
 
 
@@ -197,15 +221,17 @@ async def resolve_embedder(
     settings: CommonSettings,
     *,
     registry: ProviderRegistry | None = None,
+    stored: Stored | None = None,
 ) -> Embedder | None:
     """The embedder for ``user_id``'s texts and queries, or None for full-text-only mode.
 
-    Reads the user's settings on every call. Vectors it returns still need
-    ``fit_to_column(v, settings.embedding_dim)`` before they meet the database, and
+    Reads the user's settings on every call (unless given as ``stored``). Vectors it
+    returns still need ``fit_to_column(v, settings.embedding_dim)`` before they meet
+    the database, and
     a search should only compare with rows whose ``embedding_provider`` /
     ``embedding_model`` equal this embedder's ``provider`` / ``model``."""
     s = as_embedding_settings(settings)
-    config = await allowed(await resolve_config(pool, user_id, s), s)
+    config = await allowed(await resolve_config(pool, user_id, s, stored=stored), s)
     if config is None:
         return None
     return (registry or default_registry(s)).embedder(config)

@@ -133,3 +133,19 @@ def test_passes_hold_about_256_tokens_longest_first_and_vectors_keep_their_order
     alone = [model.encode([t], batch_size=64)[0] for t in texts[::7]]
     for a, b in zip(vectors[::7], alone, strict=True):
         assert cosine(list(a), list(b)) > 0.98
+
+
+async def test_embed_now_runs_on_the_calling_thread_only_when_it_need_not_wait(
+    cache_dir: Path,
+) -> None:
+    """The query service embeds a short query on its event loop (no thread hop) with
+    ``embed_now``: the same vector as ``embed``; None (use ``embed``) while the model is
+    not loaded or while another pass holds it."""
+    local.configure(workers=1, threads=1, cache_dir=cache_dir)
+    int8 = LocalEmbedder(model=local.INT8_MODEL)
+    assert int8.embed_now(["red car"]) is None  # not loaded yet: never loaded on the loop
+    [threaded] = await int8.embed(["red car"])
+    assert int8.embed_now(["red car"]) == [threaded]
+    with local._passes:  # a pass running in a worker thread
+        assert int8.embed_now(["red car"]) is None
+    assert int8.embed_now(["red car"]) == [threaded]

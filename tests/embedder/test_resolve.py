@@ -138,3 +138,35 @@ def test_bad_provider_settings_are_refused_with_a_reason() -> None:
         ProviderSettingsIn(provider="openai", model="x")
     with pytest.raises(ValidationError, match="local provider runs"):
         ProviderSettingsIn(provider="local", model="bge-large")
+
+
+async def test_the_key_lookup_brings_its_users_settings_as_they_are_now(
+    pool: asyncpg.Pool, esettings: EmbeddingSettings, user_id: str
+) -> None:
+    from shared.apikeys import create_key, lookup_key
+    from shared.embeddings.user_settings import Stored
+
+    _, secret = await create_key(pool, user_id=user_id)
+    _, admin_secret = await create_key(pool, user_id=None, is_admin=True)
+    key = await lookup_key(pool, secret)
+    assert key is not None and key.embedding_settings == Stored(None)
+    off = ProviderSettingsIn(enabled=False, provider="local", model="all-MiniLM-L6-v2")
+    await put_provider_settings(pool, user_id, off, esettings)
+    key = await lookup_key(pool, secret)
+    assert key is not None and key.embedding_settings is not None
+    row = key.embedding_settings.row
+    assert row is not None and row["enabled"] is False and row["model"] == "all-MiniLM-L6-v2"
+    admin = await lookup_key(pool, admin_secret)
+    assert admin is not None and admin.embedding_settings is None  # acts for others: not read
+
+    class NoReads:
+        async def fetchrow(self, *args: Any) -> None:
+            raise AssertionError("the settings were given; nothing should be read")
+
+    assert (
+        await resolve_embedder(NoReads(), user_id, esettings, stored=key.embedding_settings) is None
+    )  # type: ignore[arg-type]
+    assert isinstance(
+        await resolve_embedder(NoReads(), user_id, esettings, stored=Stored(None)),  # type: ignore[arg-type]
+        LocalEmbedder,
+    )

@@ -80,7 +80,7 @@ async def as_user(client: httpx.AsyncClient, pool: Any, user_id: str) -> Api:
 
 
 def make_app(make_settings: Any, embedder: Any) -> Any:
-    async def resolve(pool: Any, user_id: str, settings: Any) -> Any:
+    async def resolve(pool: Any, user_id: str, settings: Any, **_: Any) -> Any:
         return embedder
 
     return create_app(make_settings(QuerySettings), resolver=resolve)

@@ -69,7 +69,7 @@ class FailingEmbedder:
 
 
 def resolver_for(embedder: Any):  # noqa: ANN201 - a Resolver
-    async def resolve(pool: asyncpg.Pool, user_id: str, settings: Any) -> Any:
+    async def resolve(pool: asyncpg.Pool, user_id: str, settings: Any, **_: Any) -> Any:
         return embedder
 
     return resolve

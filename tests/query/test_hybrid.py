@@ -262,3 +262,32 @@ async def test_the_lexical_side_reads_only_the_users_own_words(pool):
             )
         )
     assert "memory_items_user_lexemes_idx" in plan and "BitmapAnd" not in plan
+
+
+async def test_a_settings_change_applies_to_the_very_next_search(make_settings, pool, user_id):
+    """The user's embedding settings are read with the API key (one statement): turning
+    embeddings off, then forgetting the settings, changes the next search's mode."""
+    from shared.embeddings import ProviderSettingsIn, put_provider_settings
+    from shared.embeddings.local import LocalEmbedder
+
+    model = LocalEmbedder()
+    settings = make_settings(QuerySettings)
+    app = create_app(settings)  # the default resolver, as deployed
+    h = await auth(pool, user_id)
+    async with running(app) as client:
+        para = await _add(client, h, "Drives a crimson automobile")
+        lex = await _add(client, h, "The car park near the office closes at nine")
+        for item, vector in zip(
+            (para, lex), await model.embed(["Drives a crimson automobile", "car park"]), strict=True
+        ):
+            await set_vector(pool, item, vector)
+        first = await _search(client, h, "red car")
+        off = ProviderSettingsIn(enabled=False, provider="local", model="all-MiniLM-L6-v2")
+        await put_provider_settings(pool, user_id, off, settings)
+        second = await _search(client, h, "red car")
+        await pool.execute("DELETE FROM embedding_settings WHERE user_id = $1", user_id)
+        third = await _search(client, h, "red car")
+    assert first["mode"] == third["mode"] == "hybrid"
+    assert para in [r["id"] for r in first["results"]]
+    assert second["mode"] == "fts_only"
+    assert [r["id"] for r in second["results"]] == [lex]

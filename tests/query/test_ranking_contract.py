@@ -281,3 +281,36 @@ def test_one_fusion_reads_every_spec_field_it_declares():
     assert specs.CONTEXT_TURNS.but(
         name="x", min_similarity=None, big_user_lexical="same"
     ) == specs.FUSED.but(name="x")
+
+
+async def test_nova_s_one_statement_returns_each_signal_s_candidates_in_their_order(pool, user_id):
+    """A user searched exactly gets both signals from one statement (BOTH_EXACT): the
+    same rows, values and order as the lexical and the exact semantic statement alone,
+    past the 50-candidate cut and through ties (equal ranks, equal times)."""
+    from services.query.ranking.memories import STATEMENTS
+
+    await pool.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
+    for i in range(130):
+        content = ["hiking trip", "a hiking day", "the trip home", "no match"][i % 4]
+        await pool.execute(
+            "INSERT INTO memory_items (user_id, type, content, embedding, embedding_state, "
+            "embedding_model, created_at) VALUES ($1, 'fact', $2, $3, 'ready', $4, "
+            "'2026-01-01'::timestamptz + make_interval(days => $5))",
+            user_id,
+            content,
+            np.asarray(unit(100 + i % 40, near=Q, noise=1.0), dtype=np.float32),
+            MODEL,
+            i % 7,
+        )
+    filters = [user_id, None, "active", None, None, False, None]
+    lexical = await pool.fetch(STATEMENTS[("user", "lexical")], *filters, QUERY)
+    semantic = await pool.fetch(STATEMENTS[("user", "exact")], *filters, Q)
+    both = await pool.fetch(STATEMENTS[("user", "both_exact")], *filters, QUERY, Q)
+    assert len(lexical) == len(semantic) == 50
+    one_lex = [r for r in both if r["signal"] == 0]
+    one_sem = [r for r in both if r["signal"] == 1]
+    assert [(r["id"], r["rank"]) for r in one_lex] == [(r["id"], r["rank"]) for r in lexical]
+    assert [(r["id"], r["dist"]) for r in one_sem] == [(r["id"], r["dist"]) for r in semantic]
+    assert [dict(r) for r in one_lex] == [
+        dict(r) | {"signal": 0, "pos": n, "dist": None} for n, r in enumerate(lexical, 1)
+    ]

@@ -24,9 +24,10 @@ What callers may rely on:
   HNSW index with pgvector 0.8's iterative scan, so the user filter never
   starves the result (the trap in DESIGN.md).
 
-Each signal is its own statement; given a pool, both run at the same time on
-two connections (a search costs the slower of the two, not their sum) and the
-union is scored by ``fusion.fuse``.
+For a user searched exactly (the common case) both signals are read by one
+statement, ``BOTH_EXACT`` (one round trip). Otherwise each signal is its own
+statement; given a pool, both run at the same time on two connections (a search
+costs the slower of the two, not their sum). The union is scored by ``fusion.fuse``.
 """
 
 from __future__ import annotations
@@ -147,6 +148,21 @@ ORDER BY dist, id
 LIMIT {{k}}
 """
 
+# Both signals of a user searched exactly (fewer rows than the index threshold: the
+# common case) in one statement: one connection and one round trip instead of two
+# statements on two connections at the same time. Each arm is the statement above,
+# unchanged, numbered in its own order ($8 the query text, $9 the vector), so the
+# candidates and their order are those of the two statements.
+BOTH_EXACT = """
+SELECT 0 AS signal, row_number() OVER (ORDER BY l.rank DESC, l.created_at DESC, l.id) AS pos,
+       l.*, NULL::float8 AS dist
+FROM ({lexical}) AS l
+UNION ALL
+SELECT 1, row_number() OVER (ORDER BY s.dist, s.id), {plain_columns}, NULL::float8, s.dist
+FROM ({semantic}) AS s
+ORDER BY signal, pos
+"""
+
 _SCOPES = {"user": _USER, "any": _ANY_USER}
 
 
@@ -171,6 +187,11 @@ STATEMENTS: dict[tuple[str, str], str] = {
         ("exact", SEMANTIC_EXACT),
     )
 }
+STATEMENTS[("user", "both_exact")] = BOTH_EXACT.format(
+    lexical=STATEMENTS[("user", "lexical")],
+    semantic=STATEMENTS[("user", "exact")].replace("$8", "$9"),
+    plain_columns=", ".join(f"s.{c.removeprefix('m.')}" for c in _COLUMNS.split(", ")),
+)
 
 
 @functools.lru_cache(maxsize=8)
@@ -281,6 +302,13 @@ async def search(
         return fuse_hits(
             list(await conn.fetch(lexical_sql, *filters, params.query)), [], params.limit
         )
+    if scope == "user" and not await uses_index(conn, user_id):
+        both = await conn.fetch(STATEMENTS[(scope, "both_exact")], *filters, params.query, vector)
+        return fuse_hits(
+            [r for r in both if r["signal"] == 0],
+            [r for r in both if r["signal"] == 1],
+            params.limit,
+        )
     if isinstance(conn, asyncpg.Pool):
         pool = conn
 
@@ -345,7 +373,7 @@ def fuse_hits(
     )
 
 
-async def uses_index(conn: Conn, user_id: str | None) -> bool:
+async def uses_index(conn: Executor, user_id: str | None) -> bool:
     """Whether a user's semantic search walks the HNSW index (else: exact scan).
 
     Only users with more embedded memories than the exact scan handles well are

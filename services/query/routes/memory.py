@@ -9,7 +9,7 @@ from fastapi import APIRouter
 
 from services.query import memory_service as ms
 from services.query import responses as R
-from services.query.auth import UserId
+from services.query.auth import Caller, UserId
 from services.query.deps import Pool, Pub, State
 from services.query.schemas import AddIn, SearchIn
 
@@ -21,8 +21,11 @@ router = APIRouter(prefix="/v1/memory", tags=["memory (Nova)"])
     summary="Hybrid search: 70% semantic + 30% full-text; '*' = newest",
     response_model=R.SearchOut,
 )
-async def search(body: SearchIn, user_id: UserId, pool: Pool, state: State) -> dict[str, Any]:
-    result = await state.search(pool, body.params(), user_id=user_id)
+async def search(
+    body: SearchIn, who: Caller, user_id: UserId, pool: Pool, state: State
+) -> dict[str, Any]:
+    stored = who.embedding_settings(user_id)  # read with the key: no second round trip
+    result = await state.search(pool, body.params(), user_id=user_id, stored=stored)
     return result.as_dict()
 
 
