@@ -29,7 +29,9 @@ def create_app(
     settings = settings or EmbedderSettings()
     rt = Runtime("embedder", settings)
     metrics = EmbedderMetrics(rt.metrics.registry)
-    providers = registry or ProviderRegistry.from_settings(settings)
+    providers = registry or ProviderRegistry.from_settings(
+        settings, priority=settings.embed_model_priority
+    )
     indexer = Indexer(min_rows=settings.vector_index_min_rows)
     guards = guards_from(settings)
 
