@@ -29,9 +29,7 @@ def create_app(
     settings = settings or EmbedderSettings()
     rt = Runtime("embedder", settings)
     metrics = EmbedderMetrics(rt.metrics.registry)
-    providers = registry or ProviderRegistry.from_settings(
-        settings, priority=settings.embed_model_priority
-    )
+    providers = registry or ProviderRegistry.from_settings(settings)
     indexer = Indexer(min_rows=settings.vector_index_min_rows)
     guards = guards_from(settings)
 

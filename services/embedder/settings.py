@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
 
 from pydantic import Field
 
@@ -20,15 +19,6 @@ class EmbedderSettings(EmbeddingSettings):
     )
     embedding_local_threads: int = Field(
         default=1, ge=0, description="CPU threads per forward pass; 0 = every core"
-    )
-
-    # "idle"/"low" make the passes background work, so that an add's ack, PostgreSQL's
-    # commits and searches get a core first; no gain shown yet on a loaded machine,
-    # and the passes then lose CPU to every other process (docs/embeddings.md).
-    embed_model_priority: Literal["normal", "low", "idle"] = Field(
-        default="normal",
-        description="CPU priority of the local model's passes: normal, low (nice 19) or "
-        "idle (SCHED_IDLE: every other thread that wants the core gets it first)",
     )
 
     embed_batch_size: int = Field(default=64, description="texts per provider call (N)")

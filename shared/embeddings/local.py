@@ -15,19 +15,14 @@ and on how many CPU threads each is the process's choice (``configure``): one
 pass on every core (the default), one pass on one thread for a few words' query
 (the query service), or one pass per core on one thread each for throughput (the
 embedder): no pass then waits at a barrier for a thread another process has delayed.
-A process that embeds in bulk (the embedder) can run its passes at a lower CPU
-priority (``priority``), on threads of their own, so that on a shared machine a
-request's short work (an add's ack, PostgreSQL's commit) gets a core first.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +32,6 @@ MODEL_NAME = "all-MiniLM-L6-v2"  # PyTorch, as published
 INT8_MODEL = "all-MiniLM-L6-v2-int8"  # ONNX Runtime, int8
 MODELS = (MODEL_NAME, INT8_MODEL)
 DIMENSIONS = 384
-PRIORITIES = ("normal", "low", "idle")
 
 _models: dict[str, Any] = {}
 _load_lock = threading.Lock()
@@ -47,40 +41,17 @@ _passes = threading.BoundedSemaphore(1)
 _threads: int | None = None
 _default_threads: int | None = None  # torch's own choice, read before changing it
 _cache_dir = Path(".engram") / "models"
-_priority = "normal"
-# The passes' own threads when their priority is lowered (None: asyncio's default pool).
-_pool: ThreadPoolExecutor | None = None
 
 
-def configure(
-    *,
-    workers: int = 1,
-    threads: int = 0,
-    priority: str = "normal",
-    cache_dir: Path | None = None,
-) -> None:
+def configure(*, workers: int = 1, threads: int = 0, cache_dir: Path | None = None) -> None:
     """Run ``workers`` forward passes at once, each on ``threads`` CPU threads (0 =
-    every core), at ``priority`` (one of ``PRIORITIES``); keep the int8 export in
-    ``cache_dir``. Process-wide; call before the first use (e.g. at start-up)."""
-    global _passes, _threads, _cache_dir, _priority, _pool
-    if priority not in PRIORITIES:
-        raise ConfigError(
-            f"local model priority is one of {', '.join(PRIORITIES)}, not {priority!r}"
-        )
+    every core); keep the int8 export in ``cache_dir``. Process-wide; call before the
+    first use (e.g. at start-up)."""
+    global _passes, _threads, _cache_dir
     _passes = threading.BoundedSemaphore(max(1, workers))
     _threads = threads if threads > 0 else None
     if cache_dir is not None:
         _cache_dir = cache_dir
-    if _pool is not None:
-        _pool.shutdown(wait=False)
-    _priority = priority
-    _pool = (
-        None
-        if priority == "normal"
-        else ThreadPoolExecutor(
-            max(1, workers), thread_name_prefix="model-pass", initializer=lower_priority
-        )
-    )
     with _load_lock:
         if MODEL_NAME in _models:
             _apply_torch_threads()
@@ -116,45 +87,11 @@ def _load_torch() -> Any:
     return model
 
 
-def lower_priority() -> None:
-    """Put the calling thread (only it: Linux schedules threads) at the configured
-    priority. Threads it starts inherit it: ONNX Runtime's and OpenMP's pools when a
-    pass runs on more than one thread. A thread cannot raise it back unprivileged,
-    hence threads of their own."""
-    if _priority == "idle" and hasattr(os, "SCHED_IDLE"):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    elif _priority != "normal" and hasattr(os, "setpriority"):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-
-
-def _lowered(make: Callable[[], Any]) -> Any:
-    """``make()`` on a new thread at the passes' priority (the ONNX session starts
-    its thread pool when it is made)."""
-    if _priority == "normal":
-        return make()
-    made: list[Any] = []
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            lower_priority()
-            made.append(make())
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, name="model-load")
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
-    return made[0]
-
-
 def _load_onnx() -> Any:
     from shared.embeddings import local_onnx
 
     path = local_onnx.ensure_exported(_cache_dir)
-    return _lowered(lambda: local_onnx.OnnxModel(path, threads=_threads))
+    return local_onnx.OnnxModel(path, threads=_threads)
 
 
 def load_model(model: str = MODEL_NAME) -> Any:
@@ -224,11 +161,10 @@ class LocalEmbedder:
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        run = functools.partial(encode, texts, batch_size=self._batch_size, model=self._model)
         try:
-            if _pool is None:
-                return await asyncio.to_thread(run)
-            return await asyncio.get_running_loop().run_in_executor(_pool, run)
+            return await asyncio.to_thread(
+                encode, texts, batch_size=self._batch_size, model=self._model
+            )
         except (RuntimeError, ValueError) as exc:
             raise ProviderError(f"local model failed: {exc}") from exc
 

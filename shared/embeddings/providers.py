@@ -74,17 +74,11 @@ class ProviderRegistry:
 
     @classmethod
     def from_settings(
-        cls,
-        settings: EmbeddingSettings,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        priority: str = "normal",
+        cls, settings: EmbeddingSettings, *, transport: httpx.AsyncBaseTransport | None = None
     ) -> ProviderRegistry:
-        """``priority``: the local model's passes' (``local.configure``)."""
         local.configure(
             workers=settings.embedding_local_workers,
             threads=settings.embedding_local_threads,
-            priority=priority,
             cache_dir=settings.data_dir / "models",
         )
         return cls(
