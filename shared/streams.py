@@ -196,6 +196,26 @@ class _Outage(Exception):
         self.cause = cause
 
 
+# Remove a consumer only if it still has nothing pending and is still idle, in one step:
+# between a separate XINFO and DELCONSUMER a live consumer (Redis 7.0's idle time grows
+# while it only polls) could read entries, and DELCONSUMER would drop them from the
+# group's pending list: delivered, never acknowledged, never delivered again.
+FORGET_IF_IDLE = """
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local f = {}
+  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
+  if f['name'] == ARGV[2] then
+    if tonumber(f['pending']) == 0 and tonumber(f['idle']) >= tonumber(ARGV[3]) then
+      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+      return 1
+    end
+    return 0
+  end
+end
+return 0
+"""
+
+
 class StreamConsumer(Generic[T]):
     """One consumer group on one stream: reads, parses, hands batches to a use case, acks."""
 
@@ -336,8 +356,18 @@ class StreamConsumer(Generic[T]):
                 continue
             if int(c.get("idle") or 0) < self.settings.consumer_forget_ms:
                 continue
-            # DELCONSUMER drops the consumer's pending entries: only ever with none.
-            if int(await r.xgroup_delconsumer(self.stream, self.group, name)) == 0:
+            # DELCONSUMER drops the consumer's pending entries: only ever with none, checked
+            # again inside the script with the removal, so a read in between cannot be lost.
+            if int(
+                await r.eval(
+                    FORGET_IF_IDLE,
+                    1,
+                    self.stream,
+                    self.group,
+                    name,
+                    self.settings.consumer_forget_ms,
+                )
+            ):
                 removed.append(name)
         if removed:
             self.metrics.consumers_removed.labels(self.stream_name).inc(len(removed))

@@ -17,7 +17,7 @@ from services.ingest.app import create_app as ingest_app
 from services.ingest.settings import IngestSettings
 from shared.events import TurnReceived, encode, turn_adapter
 from shared.runtime import Runtime
-from shared.streams import EVENT_FIELD, Publisher, stream_state
+from shared.streams import EVENT_FIELD, FORGET_IF_IDLE, Publisher, stream_state
 from tests.ingest.helpers import dead_entries, message_count, turn
 from tests.support import running, wait_for
 
@@ -182,6 +182,33 @@ async def test_a_dead_consumers_entries_are_reclaimed_in_batches_and_it_is_forgo
     assert took < 15, took  # was one entry per transaction: ~25 entries/s, 20 s for 500
     assert rt.metrics.reclaimed.labels("turns")._value.get() == 500
     assert rt.metrics.consumers_removed.labels("turns")._value.get() >= 1
+
+
+async def test_an_idle_consumer_is_removed_only_while_it_has_nothing_pending(make_settings, redis):
+    """The check and the removal are one step in Redis: a consumer that read entries
+    after it was seen idle keeps them (DELCONSUMER would drop them from the group's
+    pending list, delivered and never delivered again)."""
+    settings = make_settings()
+    key = settings.stream("turns")
+    await redis.xgroup_create(key, "g", id="0", mkstream=True)
+    await Publisher(redis, settings).publish("turns", [_turn(i) for i in range(3)])
+    await redis.xreadgroup("g", "idle-empty", {key: "0"}, count=1)  # created, reads nothing
+    await redis.xreadgroup("g", "holds-two", {key: ">"}, count=2)
+    await asyncio.sleep(0.05)
+
+    async def forget(name: str, idle_ms: int) -> int:
+        return int(await redis.eval(FORGET_IF_IDLE, 1, key, "g", name, idle_ms))
+
+    assert await forget("holds-two", 0) == 0  # idle enough, but two entries pending
+    assert await forget("idle-empty", 60_000) == 0  # nothing pending, not idle long enough
+    assert await forget("no-such-consumer", 0) == 0
+    assert await forget("idle-empty", 10) == 1
+    names = {
+        (c["name"].decode() if isinstance(c["name"], bytes) else c["name"]): c["pending"]
+        for c in await redis.xinfo_consumers(key, "g")
+    }
+    assert names == {"holds-two": 2}
+    assert (await redis.xpending(key, "g"))["pending"] == 2
 
 
 async def _total(batches, n) -> bool:
