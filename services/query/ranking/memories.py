@@ -331,9 +331,9 @@ async def search(
 async def semantic_candidates(
     conn: Conn, scope: str, user_id: str | None, filters: list[Any], vector: list[float]
 ) -> list[asyncpg.Record]:
-    """The top K rows by cosine distance: exact for a small user, else the HNSW walk."""
-    if scope == "user" and not await uses_index(conn, user_id):
-        return list(await conn.fetch(STATEMENTS[(scope, "exact")], *filters, vector))
+    """The top K rows by cosine distance, by the HNSW walk: ``search`` has already read
+    whether the user is searched exactly (then ``BOTH_EXACT`` reads both signals), so it
+    is not asked again here."""
     async with hnsw_walk(conn) as c:
         return list(await c.fetch(index_statement(scope, len(vector)), *filters, vector))
 
