@@ -11,6 +11,9 @@ import asyncpg
 from shared.events import TurnReceived
 
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+NEVER_STALE = 60.0 * 24 * 365 * 100
+"""A stale window (minutes) no test's episode reaches: the extractor's sweep runs once
+at start over the whole test database, and must leave other tests' episodes alone."""
 
 
 def turns(

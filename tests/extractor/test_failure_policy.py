@@ -16,7 +16,7 @@ from services.extractor.app import create_app
 from services.extractor.settings import ExtractorSettings
 from shared.events import ExtractRequested
 from shared.streams import Publisher
-from tests.extractor.helpers import T0
+from tests.extractor.helpers import NEVER_STALE, T0
 from tests.extractor.scripted_llm import Reply, ScriptedLLM
 from tests.ingest.helpers import dead_entries
 from tests.support import running, wait_for
@@ -56,6 +56,9 @@ def _settings(make_settings: Callable[..., Any], llm: ScriptedLLM) -> ExtractorS
         llm_max_retries=0,
         max_attempts=2,
         sweep_interval_s=3600,
+        # the sweep runs once at start over the whole (shared) database: other tests'
+        # idle episodes must not reach this test's model and counts
+        stale_window_minutes=NEVER_STALE,
     )
 
 

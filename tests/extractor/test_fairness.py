@@ -18,7 +18,7 @@ from services.extractor.app import create_app
 from services.extractor.settings import ExtractorSettings
 from shared.events import ExtractRequested
 from shared.streams import Publisher
-from tests.extractor.helpers import T0
+from tests.extractor.helpers import NEVER_STALE, T0
 from tests.extractor.scripted_llm import Reply, ScriptedLLM
 from tests.support import running, wait_for
 
@@ -85,6 +85,7 @@ def _settings(make_settings: Callable[..., Any], llm: ScriptedLLM, **extra: Any)
         "llm_model": "scripted-1",
         "llm_inline_s": 1.0,
         "sweep_interval_s": 3600,
+        "stale_window_minutes": NEVER_STALE,  # no other test's idle episode is swept in
         **extra,
     }
     return make_settings(ExtractorSettings, **values)
