@@ -16,8 +16,11 @@ bytes dropped), a time outside 1900-2199, a text or JSON value over its size cap
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import types
+import typing
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,6 +48,8 @@ def _now() -> datetime:
 def _bad_text(s: str) -> str | None:
     if "\x00" in s:
         return "contains a NUL byte (PostgreSQL cannot store it)"
+    if s.isascii():  # no surrogate either: skip the encode
+        return None
     try:
         s.encode("utf-8")
     except UnicodeEncodeError:
@@ -54,6 +59,13 @@ def _bad_text(s: str) -> str | None:
 
 def _check_value(name: str, value: Any) -> None:
     """Refuse what PostgreSQL would refuse in a text or JSON value, naming the field."""
+    if type(value) is str and name != "tool_result":  # most fields: one text, no walk
+        problem = _bad_text(value)
+        if problem:
+            raise ValueError(f"{name} {problem}")
+        if len(value) > MAX_TURN_CHARS:
+            raise ValueError(f"{name} is {len(value):,} characters; at most {MAX_TURN_CHARS:,}")
+        return
     stack: list[tuple[str, Any]] = [(name, value)]
     while stack:
         where, v = stack.pop()
@@ -80,6 +92,32 @@ def _check_value(name: str, value: Any) -> None:
         raise ValueError(f"{name} is {len(value):,} characters; at most {MAX_TURN_CHARS:,}")
 
 
+def _may_hold_raw(annotation: Any) -> bool:
+    """Whether a field so annotated can hold a producer's text or JSON as it is (str,
+    dict, list, Any); a nested model (``EmbedTarget``) or a list of them cannot."""
+    if annotation is Any or annotation is str:
+        return True
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Annotated:
+        return _may_hold_raw(args[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_may_hold_raw(a) for a in args)
+    if origin in (dict, list, tuple):
+        return not any(isinstance(a, type) and issubclass(a, BaseModel) for a in args)
+    return False
+
+
+@functools.cache
+def _raw_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of ``model`` that ``Event._storable`` checks, found once per class."""
+    return tuple(
+        name
+        for name, f in model.model_fields.items()
+        if name == "tool_result" or _may_hold_raw(f.annotation)
+    )
+
+
 class Event(BaseModel):
     # extra="ignore": an event from a newer producer (one more optional field) is
     # read, not refused; `engram publish --strict` checks at the boundary.
@@ -102,7 +140,9 @@ class Event(BaseModel):
 
     @model_validator(mode="after")
     def _storable(self) -> Event:
-        for name in type(self).model_fields:
+        # Every event parsed or made runs this: only the fields that can hold raw text
+        # or JSON (a list of EmbedTargets is checked by its own model).
+        for name in _raw_fields(type(self)):
             value = getattr(self, name)
             if isinstance(value, str | dict | list) or name == "tool_result":
                 _check_value(name, value)
