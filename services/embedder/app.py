@@ -86,6 +86,7 @@ def create_app(
         handle=on_embed,
         batch=settings.embed_read_batch,
         linger_ms=settings.embed_linger_ms,
+        readers=settings.embed_readers,
         # Provider failures never reach the stream: an outage leaves rows pending for
         # the retry sweep, a refusal marks them error (services/embedder). What does:
         # PostgreSQL or Redis away (wait with backoff), a data error (bisected out,

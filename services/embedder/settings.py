@@ -31,6 +31,13 @@ class EmbedderSettings(EmbeddingSettings):
     embed_parallel: int = Field(
         default=2, description="provider calls in flight per read (overlaps model and writes)"
     )
+    embed_readers: int = Field(
+        default=1,
+        ge=1,
+        description="reads of the embed stream in flight; 2 fetches the next read's rows "
+        "while the last one's texts are embedded (a bulk import: the model never waits "
+        "for them), but splits live traffic into more, smaller passes (docs/embeddings.md)",
+    )
     embed_inline_s: float = Field(
         default=5.0,
         ge=0,
