@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import asyncpg
 
 from shared.events import MemoryChanged, memory_adapter
-from shared.memory.supersession import check_supersession
+from shared.memory.supersession import check_supersession, worth_checking
 from shared.runtime import Runtime
 from shared.streams import FailurePolicy
 
@@ -28,7 +28,8 @@ async def supersede_embedded(
     changed: list[MemoryChanged] = []
     if ready:
         async with pool.acquire() as conn:
-            for memory_id, user_id in ready.items():
+            for memory_id in await worth_checking(conn, list(ready)):
+                user_id = ready[memory_id]
                 for old in await check_supersession(conn, memory_id, actor="supersession"):
                     changed.append(
                         MemoryChanged(memory_id=old, user_id=user_id, change="superseded")

@@ -153,6 +153,28 @@ def _value(text: str) -> str:
     return " ".join(w.strip(".") for w in words if w not in _FILLER)
 
 
+def can_conflict(content: str, contradicts: Contradicts | None) -> bool:
+    """Whether a memory so worded can conflict with any other: only through its
+    attribute, or through the model when one is asked (:func:`conflict`)."""
+    return contradicts is not None or attribute_of(content) is not None
+
+
+WORDING = "SELECT id, content FROM memory_items WHERE id = ANY($1::uuid[])"
+
+
+async def worth_checking(
+    conn: Conn, ids: list[uuid.UUID], contradicts: Contradicts | None = None
+) -> list[uuid.UUID]:
+    """Those of ``ids`` that :func:`can_conflict` (one read for all), in their order:
+    most memories set no attribute, and with no model nothing can replace them or be
+    replaced by them, so their check (a lock and a scan of the owner's vectors) is
+    skipped."""
+    if contradicts is not None:
+        return ids
+    can = {r["id"] for r in await conn.fetch(WORDING, ids) if can_conflict(r["content"], None)}
+    return [i for i in ids if i in can]
+
+
 LOAD = """
 SELECT id, user_id, scope, provider, chat_id, subjects, created_at, embedding_model,
        embedding_state, status, superseded_at, content
@@ -221,7 +243,7 @@ async def check_supersession(
     """
     async with conn.transaction():
         row = await conn.fetchrow(LOAD, memory_id)
-        if row is None:
+        if row is None or not can_conflict(row["content"], contradicts):
             return []
         user_id: str = row["user_id"]
         await conn.execute(LOCK, user_id)

@@ -13,7 +13,12 @@ import uuid
 import numpy as np
 import pytest
 
-from shared.memory.supersession import THRESHOLD, check_supersession
+from shared.memory.supersession import (
+    THRESHOLD,
+    can_conflict,
+    check_supersession,
+    worth_checking,
+)
 from shared.memory.writer import NewItem, insert_items
 from tests.people.supersession_pairs import PAIRS
 
@@ -98,3 +103,27 @@ async def test_different_subjects_never_conflict_even_on_one_attribute(
     async with pool.acquire() as conn:
         [written] = (await insert_items(conn, user, [item], actor="test")).items
     assert written.superseded == ()
+
+
+async def test_only_memories_that_set_an_attribute_are_checked_without_a_model(pool) -> None:
+    """With no model to ask, a memory that sets no attribute can neither replace nor be
+    replaced (``conflict`` needs both attributes): the consumer reads the wording of a
+    batch once and skips the check (a lock and a scan of the owner's vectors) for it."""
+    user = f"worth-{uuid.uuid4().hex[:10]}"
+    contents = [
+        "The user's favourite colour is blue",
+        "Went to a support group on Tuesday",
+        "Tim lives in Paris",
+        "Had a long chat with an old friend",
+    ]
+    items = [NewItem(type="fact", content=c) for c in contents]
+    async with pool.acquire() as conn:
+        ids = [w.id for w in (await insert_items(conn, user, items, actor="test")).items]
+        assert await worth_checking(conn, ids) == [ids[0], ids[2]]
+
+        async def ask(older: str, newer: str) -> bool | None:
+            return None
+
+        assert await worth_checking(conn, ids, ask) == ids
+        assert not can_conflict(contents[1], None)
+        assert can_conflict(contents[1], ask)
