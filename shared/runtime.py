@@ -52,6 +52,7 @@ class Runtime:
         self.on_stop: list[Hook] = []
         self._pool: asyncpg.Pool | None = None
         self._redis: aioredis.Redis | None = None
+        self._publisher: Publisher | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -67,7 +68,10 @@ class Runtime:
 
     @property
     def publisher(self) -> Publisher:
-        return Publisher(self.redis, self.settings)
+        """The process's one publisher (what it publishes soon is flushed at stop)."""
+        if self._publisher is None:
+            self._publisher = Publisher(self.redis, self.settings)
+        return self._publisher
 
     def consume(
         self,
@@ -141,6 +145,7 @@ class Runtime:
             s.require_database_url(), min_size=s.db_pool_min, max_size=s.db_pool_max
         )
         self._redis = aioredis.from_url(s.require_redis_url())
+        self._publisher = None  # made on first use, on this Redis client
         for hook in self.on_start:
             await hook(self)
         for c in self.consumers:
@@ -158,6 +163,8 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         await self.broker.stop()
+        if self._publisher is not None:
+            await self._publisher.flush()
         for hook in self.on_stop:
             await hook(self)
         if self._redis is not None:

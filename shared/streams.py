@@ -89,6 +89,30 @@ class Publisher:
     def __init__(self, redis: aioredis.Redis, settings: CommonSettings) -> None:
         self._redis = redis
         self._settings = settings
+        self._soon: set[asyncio.Task[None]] = set()
+
+    def publish_soon(self, batches: Sequence[tuple[str, Sequence[Event]]]) -> None:
+        """:meth:`publish_many` without waiting for it, for a caller whose rows are
+        already safe (committed, ``pending``) and who answers first: the add ack. What
+        fails is logged; the rows stay pending and the embedder's sweep takes them
+        (``embed_orphan_after_s``). :meth:`flush` waits for what is still on its way."""
+        if not any(events for _, events in batches):
+            return
+        task = asyncio.get_running_loop().create_task(self._publish_logged(batches))
+        self._soon.add(task)
+        task.add_done_callback(self._soon.discard)
+
+    async def _publish_logged(self, batches: Sequence[tuple[str, Sequence[Event]]]) -> None:
+        try:
+            await self.publish_many(batches)
+        except InfrastructureError as exc:
+            n = sum(len(events) for _, events in batches)
+            log.warning("%d event(s) published after the answer were not: %s", n, exc)
+
+    async def flush(self, timeout_s: float = 10.0) -> None:
+        """Wait up to ``timeout_s`` for every :meth:`publish_soon` still on its way."""
+        if self._soon:
+            await asyncio.wait(list(self._soon), timeout=timeout_s)
 
     async def publish(self, stream: str, events: Sequence[Event]) -> list[str]:
         """XADD each event to ``stream`` (a logical name such as ``turns``); return entry ids."""

@@ -161,3 +161,35 @@ async def test_a_batch_left_pending_is_not_kept_claimed_after_its_handling_ends(
                     break
                 task.cancel()
                 await asyncio.sleep(0.005)
+
+
+async def test_what_is_published_soon_is_on_the_stream_once_the_runtime_stops(settings, redis):
+    """``publish_soon`` (the add ack answers first): the runtime's one publisher flushes
+    it at stop, so a clean shutdown loses none of it."""
+    rt = Runtime("test", settings)
+    await rt.start()
+    try:
+        assert rt.publisher is rt.publisher
+        for i in range(20):
+            rt.publisher.publish_soon([("turns", [_turn(i)])])
+    finally:
+        await rt.stop()
+    entries = await redis.xrange(settings.stream("turns"))
+    assert sorted(turn_adapter.validate_json(f[b"event"]).content for _, f in entries) == sorted(
+        f"t{i}" for i in range(20)
+    )
+
+
+async def test_a_publish_soon_that_fails_is_logged_not_raised(settings, caplog):
+    """Redis away after the answer: nothing raises into the loop; the warning says how
+    many events were not published (their rows stay pending for the sweep)."""
+    import redis.asyncio as aioredis
+
+    from engram_cli.embedded import free_port
+
+    dead = aioredis.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    pub = Publisher(dead, settings)
+    pub.publish_soon([("embed", [_turn(0), _turn(1)])])
+    await pub.flush(timeout_s=10)
+    await dead.aclose()
+    assert "2 event(s) published after the answer were not" in caplog.text

@@ -25,7 +25,6 @@ from shared.memory.writer import (
     NewItem,
     check_type,
     insert_items,
-    publish_written,
     theme_slug,
 )
 from shared.streams import Publisher
@@ -121,11 +120,13 @@ async def add_memories(
     items: list[NewMemory],
     actor: str = "api",
 ) -> list[Added]:
-    """Store items (one transaction), then ask for their embeddings."""
+    """Store items (one transaction); their embeddings are asked for once the answer
+    is on its way (:meth:`Publisher.publish_soon`: the rows are committed and
+    ``pending`` already, and the embedder's sweep takes any whose request is lost)."""
     rows = [_row(m) for m in items]
     async with pool.acquire() as conn:
         written = await insert_items(conn, user_id, rows, actor=actor)
-    await publish_written(publisher, written)
+    publisher.publish_soon(written.events())
     return [
         Added(w.id, row.theme, w.created_at, w.embedding_state)
         for w, row in zip(written.items, rows, strict=True)
