@@ -132,7 +132,9 @@ class Indexer:
 
     ``note`` is called for every (user, table) that got vectors; ``run`` (the
     embedder's periodic job) checks those due: a user found small is not counted
-    again for ``recheck_s``; one found listed and ready never again."""
+    again for ``recheck_s``, but is once it has passed if vectors came meanwhile
+    (an import that crosses the limit after a check, then stops, is still
+    listed); one found listed and ready never again."""
 
     def __init__(
         self, *, min_rows: int = MIN_ROWS, recheck_s: float = 60.0, settle_s: float = SETTLE_S
@@ -146,15 +148,16 @@ class Indexer:
 
     def note(self, user_id: str, kind: EmbedKind) -> None:
         key = (user_id, kind)
-        if key in self._ready or self._small_until.get(key, 0.0) > time.monotonic():
-            return
-        self._due.add(key)
+        if key not in self._ready:
+            self._due.add(key)
 
     async def run(self, conn: Executor) -> int:
         """Check the users due; index those over the limit. Returns users indexed."""
-        due, self._due = self._due, set()
+        now = time.monotonic()
+        due = {k for k in self._due if self._small_until.get(k, 0.0) <= now}
+        self._due -= due  # the rest wait for their recheck time
         if len(self._small_until) > 100_000:
-            self._small_until.clear()
+            self._small_until = {k: t for k, t in self._small_until.items() if t > now}
         indexed = 0
         for user_id, kind in sorted(due):
             ready = await conn.fetchval(IS_READY, user_id, kind)

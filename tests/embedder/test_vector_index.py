@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import asyncpg
@@ -65,6 +66,25 @@ async def test_a_user_past_the_limit_is_listed_and_all_their_vectors_indexed(
     # and the small user is not counted again before recheck_s
     indexer.note(small, "memory")
     assert await indexer.run(pool) == 0
+
+
+async def test_a_user_who_crosses_the_limit_after_a_check_is_listed_once_it_has_passed(
+    pool: asyncpg.Pool,
+) -> None:
+    # an import: checked while still small, then it crosses the limit and stops
+    user = f"import-{uuid.uuid4().hex[:8]}"
+    ids = await add_memories(pool, user, [f"note {i}" for i in range(6)])
+    await embed(pool, user, ids[:2])
+    indexer = Indexer(min_rows=3, recheck_s=0.3, settle_s=0)
+    indexer.note(user, "memory")
+    assert await indexer.run(pool) == 0  # 2 rows: small
+    await embed(pool, user, ids[2:])
+    indexer.note(user, "memory")  # inside the recheck window: not counted yet
+    assert await indexer.run(pool) == 0
+    await asyncio.sleep(0.35)
+    # no more vectors arrive; the next run after the window still counts the user
+    assert await indexer.run(pool) == 1
+    assert await vector_index.is_ready(pool, user, "memory")
 
 
 async def test_indexing_twice_or_after_an_interruption_is_harmless(pool: asyncpg.Pool) -> None:
