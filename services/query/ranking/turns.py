@@ -6,7 +6,10 @@ What callers may rely on:
   narrow it to a chat, an episode and a time window (``occurred_at``);
 - lexical candidates: ``ts_rank`` over the stored ``fts`` column, or BM25 over the
   user's own turns (k1 = 1.2, b = 0.5), a turn's speaker name counting as one
-  of its words; both match any of the query's words (``sql.or_tsquery``);
+  of its words; both match any of the query's words (``sql.or_tsquery``). For a
+  user in the HNSW index searched with no filter, BM25 reads only the turns
+  holding a query word, the rest of its statistics kept per user and speaker
+  (``message_text_stats``, migration 0090);
 - semantic candidates: ``ready`` rows by cosine distance to the query vector; a
   user with few embedded rows is scanned exactly, a large one walks the HNSW
   index of migration 0010 (``embedding::halfvec(D)``, ``sql.hnsw_walk``), so
@@ -100,6 +103,59 @@ lexical AS (
              JOIN terms t ON t.lexeme = u.lexeme
         GROUP BY d.id
         ORDER BY rank DESC, d.id
+        LIMIT $8
+    ) AS l
+)""",
+    # The same BM25 for a big user, searched with no filter, reading only the turns
+    # that hold a query word: the corpus (turns, their mean length) and the turns a
+    # speaker's name brings to a word's document frequency come from
+    # message_text_stats (migration 0090), the rest of each word's from the turns
+    # read. Ranks equal the statement above's; a turn that holds none of the query's
+    # words in its content (only its speaker's name) is no candidate here.
+    "bm25_stats": """
+qterms AS MATERIALIZED (
+    SELECT DISTINCT w AS lexeme
+    FROM unnest(tsvector_to_array(to_tsvector('english', $2::text))) AS w
+),
+speakers AS MATERIALIZED (
+    SELECT s.speaker, s.turns, s.lexemes, n.v, tsvector_to_array(n.v) AS words
+    FROM message_text_stats s
+         CROSS JOIN LATERAL (SELECT to_tsvector('english', s.speaker) AS v) AS n
+    WHERE s.user_id = $1
+),
+corpus AS MATERIALIZED (
+    SELECT sum(turns)::float8 AS n,
+           greatest(sum(lexemes + turns * cardinality(words)) / greatest(sum(turns), 1),
+                    1)::float8 AS avgdl
+    FROM speakers
+),
+hit AS MATERIALIZED (
+    SELECT d.id, length(d.v) AS dl, x.lexeme, coalesce(cardinality(x.positions), 1) AS tf,
+           x.lexeme = ANY(d.words) AS by_name
+    FROM (SELECT m.id, s.words, m.fts || s.v AS v
+          FROM messages m CROSS JOIN q
+               JOIN speakers s ON s.speaker = coalesce(m.display_name, '')
+          WHERE m.user_id = $1 AND q.tsq IS NOT NULL AND m.fts @@ q.tsq) AS d,
+         unnest(d.v) AS x
+    WHERE x.lexeme IN (SELECT lexeme FROM qterms)
+),
+terms AS MATERIALIZED (
+    SELECT t.lexeme,
+           (count(h.id) FILTER (WHERE NOT h.by_name)
+            + (SELECT coalesce(sum(s.turns), 0) FROM speakers s WHERE t.lexeme = ANY(s.words))
+           )::float8 AS df
+    FROM qterms t LEFT JOIN hit h ON h.lexeme = t.lexeme
+    GROUP BY t.lexeme
+),
+lexical AS (
+    SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
+    FROM (
+        SELECT h.id,
+               sum(ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5))
+                   * h.tf * 2.2 / (h.tf + 1.2 * (0.5 + 0.5 * h.dl / c.avgdl)))::float8 AS rank
+        FROM hit h JOIN terms t USING (lexeme) CROSS JOIN corpus c
+        GROUP BY h.id
+        ORDER BY rank DESC, h.id
         LIMIT $8
     ) AS l
 )""",
@@ -411,10 +467,10 @@ async def _candidates(
     # Only users with many embedded turns are in the HNSW index (the embedder lists
     # them: shared/embeddings/vector_index.py); everyone else is compared exactly.
     big = await vector_index.uses_index(conn, user_id, "message")
-    if big and spec.big_user_lexical != "same":
-        lexical = "ts_rank"
-        if spec.big_user_lexical == "none":
-            args = [args[0], None, *args[2:]]
+    if big and lexical == "bm25" and all(a is None for a in args[3:7]):
+        # no chat, episode or time filter: the corpus is all the user's turns, whose
+        # statistics are kept (migration 0090), so only the matching turns are read
+        lexical = "bm25_stats"
     if vector is None or not big:
         return list(await conn.fetch(EXACT[lexical], *args))
     async with hnsw_walk(conn, ef_search=EF_SEARCH) as c:

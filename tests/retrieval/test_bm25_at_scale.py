@@ -1,0 +1,139 @@
+"""BM25 for a big user on real PostgreSQL: the per-user statistics of migration 0090
+follow every write, and the statement that reads only the matching turns ranks
+them as the full scan does."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from services.query.app import create_app
+from services.query.ranking.turns import EXACT
+from services.query.settings import QuerySettings
+from shared.embeddings import vector_index
+from tests.query.helpers import FixedEmbedder, auth, resolver_for, unit
+from tests.retrieval.helpers import T, add_turns
+from tests.support import running
+
+STATS = """
+SELECT speaker, turns, lexemes FROM message_text_stats WHERE user_id = $1 AND turns > 0
+"""
+COUNTED = """
+SELECT coalesce(display_name, '') AS speaker, count(*) AS turns, sum(length(fts)) AS lexemes
+FROM messages WHERE user_id = $1 GROUP BY 1
+"""
+
+AT = datetime(2024, 6, 1, tzinfo=UTC)
+TURNS = [
+    T("the weather was nice today", speaker="Ann"),
+    T("the weather turned, pottery class was cancelled", speaker="Bob", role="assistant"),
+    T("weather again and again, the weather", speaker="Bob", role="assistant"),
+    T("more weather talk", speaker="Ann"),
+    T("I signed up for a pottery class with Bob", speaker="Ann"),
+    T("Ann, your pottery looks great", speaker="Bob", role="assistant"),
+    T("hiking on sunday", speaker=""),
+    T("Bob Marley plays while I do pottery", speaker="Ann Lee"),
+    T("nothing to see here", speaker="Ann"),
+]
+
+
+async def _stats(pool: asyncpg.Pool, user_id: str, sql: str) -> dict[str, tuple[int, int]]:
+    return {r["speaker"]: (r["turns"], r["lexemes"]) for r in await pool.fetch(sql, user_id)}
+
+
+async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
+    pool: asyncpg.Pool, user_id: str
+) -> None:
+    episode, ids = await add_turns(pool, user_id, TURNS)
+    assert await _stats(pool, user_id, STATS) == await _stats(pool, user_id, COUNTED)
+    async with pool.acquire() as conn:
+        await conn.copy_records_to_table(
+            "messages",
+            records=[
+                (uuid.uuid4(), user_id, episode, "test", "chat-1", "user", name, text, AT)
+                for name, text in (("Ann", "copied pottery words"), (None, "no speaker here"))
+            ],
+            columns=[
+                "event_id",
+                "user_id",
+                "episode_id",
+                "provider",
+                "chat_id",
+                "role",
+                "display_name",
+                "content",
+                "occurred_at",
+            ],
+        )
+    counted = await _stats(pool, user_id, COUNTED)
+    assert await _stats(pool, user_id, STATS) == counted
+    assert counted["Ann"][0] == 5 and counted[""][0] == 2
+    await pool.execute("DELETE FROM messages WHERE id = ANY($1::bigint[])", ids[:3])
+    counted = await _stats(pool, user_id, COUNTED)
+    assert await _stats(pool, user_id, STATS) == counted and counted["Bob"][0] == 1
+    await pool.execute("DELETE FROM users WHERE id = $1", user_id)  # erasure cascades
+    assert await pool.fetch("SELECT 1 FROM message_text_stats WHERE user_id = $1", user_id) == []
+
+
+async def _lexical(pool: asyncpg.Pool, name: str, user_id: str, query: str) -> dict[int, float]:
+    # the statement's arguments as turns._candidates gives them: no vector, no
+    # filters, 100 candidates, no neighbours, no periods
+    args: list[Any] = [user_id, query, None, None, None, None, None, 100, 0, [], []]
+    rows = await pool.fetch(EXACT[name], *args)
+    return {r["id"]: r["rank"] for r in rows if r["rank"] is not None}
+
+
+async def test_reading_only_the_matching_turns_gives_the_full_scans_ranks(
+    pool: asyncpg.Pool, user_id: str
+) -> None:
+    _, ids = await add_turns(pool, user_id, TURNS)
+    # another user's turns change neither statement's statistics
+    await add_turns(pool, f"user-{uuid.uuid4().hex[:12]}", [T("pottery pottery")] * 20)
+    content = dict(zip(ids, (t.content.lower() for t in TURNS), strict=True))
+    for query in (
+        "weather pottery",
+        "what did Ann say about pottery",  # names a speaker: the name is a word of hers
+        "Bob pottery",  # a speaker's name that is also in other turns' words
+        "Lee hiking",
+        "zebra",  # no turn holds it
+    ):
+        full = await _lexical(pool, "bm25", user_id, query)
+        read = await _lexical(pool, "bm25_stats", user_id, query)
+        # every turn found holds a query word in its content; its rank is the same
+        assert set(read) <= set(full), query
+        for i, rank in read.items():
+            assert abs(rank - full[i]) < 1e-9, (query, content[i], rank, full[i])
+        # what only the full scan finds is a turn found through its speaker's name alone
+        words = {w.strip("?,").lower() for w in query.split()}
+        for i in set(full) - set(read):
+            assert not words & set(content[i].replace(",", " ").split()), (query, content[i])
+    assert await _lexical(pool, "bm25_stats", user_id, "zebra") == {}
+
+
+async def test_a_big_users_bm25_search_answers_as_before_it_was_listed(
+    make_settings: Any, pool: asyncpg.Pool, user_id: str
+) -> None:
+    await add_turns(
+        pool, user_id, [T(t.content, unit(i + 1), t.speaker) for i, t in enumerate(TURNS)]
+    )
+    app = create_app(make_settings(QuerySettings), resolver=resolver_for(FixedEmbedder({})))
+    async with running(app) as client:
+        h = await auth(pool, user_id)
+
+        async def search() -> list[tuple[int, float]]:
+            r = await client.post(
+                "/v1/messages/search",
+                headers=h,
+                json={"query": "weather pottery class", "mode": "bm25", "limit": 20},
+            )
+            assert r.status_code == 200, r.text
+            return [(x["id"], x["score"]) for x in r.json()["results"]]
+
+        small = await search()
+        await vector_index.index_user(pool, user_id, "message", settle_s=0)
+        assert await vector_index.is_ready(pool, user_id, "message")  # the big user's path
+        big = await search()
+    assert len(small) == 7 and big == small
