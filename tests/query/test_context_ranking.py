@@ -160,3 +160,22 @@ async def test_a_short_hit_brings_its_neighbours(pool, user_id):
     assert by_id[ids[0]]["neighbour_of"] is None
     assert out.text.index("Yes, Biscuit!") < out.text.index("  - [Past message, user")
     assert [m["id"] for m in out.sections["messages"]].count(ids[0]) == 1
+
+
+async def test_a_big_users_context_finds_a_turn_by_its_words(pool, user_id):
+    # a heavy user (listed for the HNSW index, as the embedder does past 5,000 turns)
+    # whose evidence turn is far from the question by meaning (under Ash's 0.3): only
+    # its words find it. Until the ninth session a big user's context turns were
+    # read by meaning alone, and this turn was never handed to the agent.
+    from shared.embeddings import vector_index
+
+    await _history(pool, user_id, months=4, per_month=30)
+    _, [far] = await add_turns(
+        pool, user_id, [T("Biscuit the greyhound came home from the shelter", unit(9000))]
+    )
+    await vector_index.index_user(pool, user_id, "message", settle_s=0)
+    assert await vector_index.is_ready(pool, user_id, "message")
+    out = await assemble_auto(
+        pool, user_id, ContextQuery(message="Where did Biscuit the greyhound come from?"), qv()
+    )
+    assert far in {int(m["id"]) for m in out.sections["messages"]}

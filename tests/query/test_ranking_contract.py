@@ -278,9 +278,8 @@ def test_one_fusion_reads_every_spec_field_it_declares():
     assert by_turns["a"] == pytest.approx(0.14 * 0.8 + 0.06 * 1.0 + 0.8 * 0.5)
     rrf = {c.id: c.score for c in fuse(specs.MESSAGE_MODES["rrf"], cands())}
     assert rrf["a"] == pytest.approx(1.0)
-    assert specs.CONTEXT_TURNS.but(
-        name="x", min_similarity=None, big_user_lexical="same"
-    ) == specs.FUSED.but(name="x")
+    # the context's turns: the messages' default with Ash's floor, for every user
+    assert specs.CONTEXT_TURNS.but(name="x", min_similarity=None) == specs.FUSED.but(name="x")
 
 
 async def test_nova_s_one_statement_returns_each_signal_s_candidates_in_their_order(pool, user_id):

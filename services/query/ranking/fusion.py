@@ -51,10 +51,6 @@ class RankSpec:
     lexical_norm: Literal["minmax", "saturate", "max"] = "minmax"
     semantic: Literal["inverse_distance", "cosine"] = "inverse_distance"
     semantic_norm: Literal["minmax", "none", "clamp"] = "minmax"
-    # a user whose turns are in the HNSW index (more than 5,000: vector_index.py):
-    # BM25 reads every one of their turns per query, and ts_rank every match; under
-    # "ts_rank" / "none" such a user's lexical side is ts_rank, or none at all
-    big_user_lexical: Literal["same", "ts_rank", "none"] = "same"
     # candidates taken from each signal: at least ``candidates``, and ``per_hit``
     # times the hits asked for; the newest ``recent_per_hit`` times them too
     candidates: int = 50

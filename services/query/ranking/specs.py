@@ -10,8 +10,8 @@ A seed's rule is a field here, not a code path (``fusion.py`` reads them all):
 - ``CONTEXT_MEMORIES``: ``/v1/context`` memories: Ash's formula, but only
   memories at cosine >= 0.3 or matching a word, and within half of the best;
 - ``CONTEXT_TURNS``: ``/v1/context`` past turns: the messages ``fused`` rules,
-  with Ash's 0.3 floor on the semantic side (and no lexical side for a user
-  with more than 5,000 turns, for latency);
+  with Ash's 0.3 floor on the semantic side, for every user (a big one's BM25
+  reads only the turns holding a query word: migration 0090);
 - ``NOUS_EPISODES``: episode recall: 20% the summary, 70/30 (cosine,
   ``rank/max``), 80% the episode's best turn under ``EPISODE_TURNS`` (the
   ``fused`` rules); other users' episodes x 0.8 (the current-user boost), a
@@ -108,12 +108,7 @@ MESSAGE_MODES: dict[MessageMode, RankSpec] = {
     "semantic": RankSpec("messages.semantic", w_sem=1.0, w_lex=0.0, candidates=100),
 }
 
-# the context must stay within its latency budget for a user with 50,000 turns, where
-# per-query BM25 statistics scan them all and ts_rank every match (~56 ms): such a
-# user's context turns are read by meaning only (the turn rules still apply)
-CONTEXT_TURNS = FUSED.but(
-    name="context.turns", min_similarity=MIN_MESSAGE_SIMILARITY, big_user_lexical="none"
-)
+CONTEXT_TURNS = FUSED.but(name="context.turns", min_similarity=MIN_MESSAGE_SIMILARITY)
 
 SURFACES: dict[str, RankSpec] = {
     s.name: s
