@@ -49,6 +49,7 @@ from bench.common import Progress, bench_stack, table, write_result
 from engram_cli.embedded import with_running_stack
 from shared.apikeys import create_key
 from shared.db import create_pool
+from shared.embeddings import vector_index
 from shared.errors import ConfigError
 from shared.events import TurnReceived
 from shared.settings import CommonSettings
@@ -94,15 +95,32 @@ class Conversation:
     speaker_a: str
     turns: list[Turn] = field(default_factory=list)
     questions: list[Question] = field(default_factory=list)
-    form: str = "plain"  # or "bursts" (see ``bursts``)
+    form: str = "plain"  # or "bursts" (see ``bursts``), or "one" (see ``one_user``)
 
     @property
     def user_id(self) -> str:
+        if self.form == "one":
+            return ONE_USER
         return (
             f"locomo-{self.sample_id}"
             if self.form == "plain"
             else f"locomo-{self.form}-{self.sample_id}"
         )
+
+
+ONE_USER = "locomo-one"
+
+
+def one_user(conv: Conversation) -> Conversation:
+    """The same conversation as one chat of a heavy user: all ten conversations are
+    the chats (``chat_id`` = sample_id) of one engram user, 5,882 turns, past the
+    5,000 at which a user's turns are searched through the HNSW index and BM25
+    reads only the turns holding a query word (docs/retrieval.md, "BM25 at
+    scale"). Each question is asked of that user; a turn of another conversation
+    in the results counts as a miss, wherever its id matches."""
+    return Conversation(
+        conv.sample_id, conv.speaker_a, turns=conv.turns, questions=conv.questions, form="one"
+    )
 
 
 # A sentence ends at ".", "!" or "?" (possibly repeated, or "?!") followed by space.
@@ -378,7 +396,10 @@ async def ask_all(
         body = r.json()
         if body["mode"] != mode:
             raise RuntimeError(f"asked for {mode}, the service ran {body['mode']}")
-        ranked = [turn_of(h["external_message_id"]) for h in body["results"]]
+        ranked = [
+            turn_of(h["external_message_id"]) if h["chat_id"] == conv.sample_id else "-"
+            for h in body["results"]
+        ]
         done += 1
         progress.update(done)
         return half[conv.sample_id], q.category, score(ranked, q.evidence), elapsed
@@ -465,6 +486,17 @@ def report_halves(results: dict[str, dict[str, Any]]) -> str:
     return table(rows, header)
 
 
+async def _indexed(pool: asyncpg.Pool, user_id: str) -> None:
+    """Wait until the embedder has listed ``user_id``'s turns for the HNSW index (its
+    indexer looks every minute), so the questions take a big user's path."""
+    started = time.perf_counter()
+    while not await vector_index.is_ready(pool, user_id, "message"):
+        if time.perf_counter() - started > 600:
+            raise RuntimeError(f"{user_id}'s turns not in the vector index after 10 minutes")
+        print(f"  waiting for the embedder to index {user_id}'s turns ...", file=sys.stderr)
+        await asyncio.sleep(5)
+
+
 async def run(
     path: Path,
     modes: list[str],
@@ -474,11 +506,16 @@ async def run(
     forms: tuple[str, ...] = ("plain",),
 ) -> dict[str, Any]:
     """Load and ask each form (``plain``: LoCoMo's turns; ``bursts``: each turn split
-    into a burst of its sentences) as users of their own, in one stack."""
+    into a burst of its sentences) as users of their own, in one stack; ``one``:
+    every conversation a chat of one user."""
     every = load(path)
     half = halves(every)
     plain = pick(every, conversations, half)
-    by_form = {"plain": plain, "bursts": [bursts(c) for c in plain]}
+    by_form = {
+        "plain": plain,
+        "bursts": [bursts(c) for c in plain],
+        "one": [one_user(c) for c in plain],
+    }
     out: dict[str, Any] = {}
     with stack() as (settings, where):
         print(f"using the {where}", file=sys.stderr)
@@ -489,9 +526,12 @@ async def run(
             pool = await create_pool(settings.database_url.get_secret_value(), max_size=4)
             try:
                 loading = await load_turns(pool, settings, convs, reuse=reuse)
+                if form == "one":
+                    await _indexed(pool, ONE_USER)
                 keys = {}
                 for c in convs:
-                    _, keys[c.user_id] = await create_key(pool, user_id=c.user_id)
+                    if c.user_id not in keys:
+                        _, keys[c.user_id] = await create_key(pool, user_id=c.user_id)
             finally:
                 await pool.close()
             results = {m: summarise(await ask_all(base, keys, convs, m, half)) for m in modes}
@@ -533,15 +573,16 @@ def main() -> None:
     parser.add_argument(
         "--forms",
         default="plain",
-        help="comma-separated: plain (LoCoMo's turns) and/or bursts (each turn split into "
-        "its sentences, sent as a burst of one speaker's messages)",
+        help="comma-separated: plain (LoCoMo's turns), bursts (each turn split into "
+        "its sentences, sent as a burst of one speaker's messages), one (every "
+        "conversation a chat of one user, past the big-user threshold)",
     )
     parser.add_argument("--bursts", action="store_true", help="the same as --forms bursts")
     parser.add_argument("--name", default=None, help="bench/results/<name>.json")
     args = parser.parse_args()
     forms = ("bursts",) if args.bursts else tuple(args.forms.split(","))
-    if not forms or any(f not in ("plain", "bursts") for f in forms):
-        parser.error("--forms takes plain and/or bursts")
+    if not forms or any(f not in ("plain", "bursts", "one") for f in forms):
+        parser.error("--forms takes plain, bursts and/or one")
     name = args.name or "locomo" + "".join(f"-{f}" for f in forms if f != "plain")
     if not args.locomo.exists():
         parser.error(f"{args.locomo} not found (LoCoMo's locomo10.json)")
