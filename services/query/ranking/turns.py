@@ -60,6 +60,22 @@ _FILTERS = """
           AND ($6::timestamptz IS NULL OR m.occurred_at >= $6)
           AND ($7::timestamptz IS NULL OR m.occurred_at < $7)"""
 
+# BM25 (k1 = 1.2, b = 0.5) of the turns in ``hit`` (id, dl: the turn's length in
+# distinct words, lexeme, tf), given ``terms`` (lexeme, df) and ``corpus`` (n, avgdl):
+# the one formula both BM25 statements below end in.
+_BM25_RANKED = """lexical AS (
+    SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
+    FROM (
+        SELECT h.id,
+               sum(ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5))
+                   * h.tf * 2.2 / (h.tf + 1.2 * (0.5 + 0.5 * h.dl / c.avgdl)))::float8 AS rank
+        FROM hit h JOIN terms t USING (lexeme) CROSS JOIN corpus c
+        GROUP BY h.id
+        ORDER BY rank DESC, h.id
+        LIMIT $8
+    ) AS l
+)"""
+
 _LEXICAL = {
     "ts_rank": """
 lexical AS (
@@ -90,22 +106,12 @@ terms AS (
     JOIN doc d ON d.v @@ quote_literal(t.lexeme)::tsquery
     GROUP BY t.lexeme
 ),
-lexical AS (
-    SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
-    FROM (
-        SELECT d.id,
-               sum(ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5))
-                   * u.tf * 2.2 / (u.tf + 1.2 * (0.5 + 0.5 * length(d.v) / c.avgdl))
-               )::float8 AS rank
-        FROM doc d CROSS JOIN corpus c,
-             LATERAL (SELECT x.lexeme, coalesce(cardinality(x.positions), 1) AS tf
-                      FROM unnest(d.v) AS x) AS u
-             JOIN terms t ON t.lexeme = u.lexeme
-        GROUP BY d.id
-        ORDER BY rank DESC, d.id
-        LIMIT $8
-    ) AS l
-)""",
+hit AS (
+    SELECT d.id, length(d.v) AS dl, x.lexeme, coalesce(cardinality(x.positions), 1) AS tf
+    FROM doc d, unnest(d.v) AS x
+),
+"""
+    + _BM25_RANKED,
     # The same BM25 for a big user, searched with no filter, reading only the turns
     # that hold a query word: the corpus (turns, their mean length) and the turns a
     # speaker's name brings to a word's document frequency come from
@@ -147,18 +153,8 @@ terms AS MATERIALIZED (
     FROM qterms t LEFT JOIN hit h ON h.lexeme = t.lexeme
     GROUP BY t.lexeme
 ),
-lexical AS (
-    SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
-    FROM (
-        SELECT h.id,
-               sum(ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5))
-                   * h.tf * 2.2 / (h.tf + 1.2 * (0.5 + 0.5 * h.dl / c.avgdl)))::float8 AS rank
-        FROM hit h JOIN terms t USING (lexeme) CROSS JOIN corpus c
-        GROUP BY h.id
-        ORDER BY rank DESC, h.id
-        LIMIT $8
-    ) AS l
-)""",
+"""
+    + _BM25_RANKED,
 }
 
 # Exact: "+ 0" keeps the planner off the HNSW index, so every one of the user's
