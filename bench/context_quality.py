@@ -28,6 +28,12 @@ by category, for the tuning half (first five sample_ids), the check half (the
 last five) and all, with the mean tokens each surface hands the agent (context:
 its own estimate; recall and search: their contents at 4 characters a token).
 
+``--one-user``: every conversation is a chat of one user (``locomo-one``; with
+all ten, 5,882 turns, past the 5,000 at which a user's turns are searched as a
+big user's), as a heavy user of an assistant has many chats; each conversation's
+questions are asked of that user, and only its own turns and the memories
+learned from them count.
+
 The system never sees the dataset's annotations, answers or evidence. Uses the
 stack of ``make run`` when one is running, else starts its own. Writes
 ``bench/results/context_quality.json``.
@@ -58,13 +64,16 @@ from bench.locomo import (
     Conversation,
     Question,
     halves,
+    indexed,
     load,
+    one_user,
     pick,
     stack,
     turn_events,
 )
 from shared.apikeys import create_key
 from shared.db import create_pool
+from shared.embeddings import vector_index
 from shared.events import EpisodeClosed, EpisodeStarted, TurnReceived
 from shared.settings import CommonSettings
 from shared.streams import Publisher
@@ -224,9 +233,12 @@ class Truth:
         return set().union(*(self.memory_turns.get(m, set()) for m in memory_ids))
 
 
-async def truth(pool: asyncpg.Pool, user_id: str) -> Truth:
+async def truth(pool: asyncpg.Pool, user_id: str, chat_id: str) -> Truth:
+    """The conversation's own turns (its chat), and the memories learned from them."""
     turns = await pool.fetch(
-        "SELECT id, external_id, content FROM messages WHERE user_id = $1", user_id
+        "SELECT id, external_id, content FROM messages WHERE user_id = $1 AND chat_id = $2",
+        user_id,
+        chat_id,
     )
     turn_id = {r["external_id"]: r["id"] for r in turns}
     turn_text = {r["external_id"]: _norm(r["content"]) for r in turns}
@@ -282,7 +294,7 @@ async def ask_all(
 
     async def one(client: httpx.AsyncClient, conv: Conversation, q: Question) -> list[Answer]:
         nonlocal done
-        t = truths[conv.user_id]
+        t = truths[conv.sample_id]
         headers = {"Authorization": f"Bearer {keys[conv.user_id]}"}
         h = half[conv.sample_id]
         out: list[Answer] = []
@@ -388,21 +400,26 @@ def report(summary: dict[str, Any]) -> str:
     return table(rows, header)
 
 
-async def run(path: Path, n: int | None, *, reuse: bool) -> dict[str, Any]:
+async def run(path: Path, n: int | None, *, reuse: bool, one: bool = False) -> dict[str, Any]:
     every = load(path)
     half = halves(every)
     convs = pick(every, n, half)
+    if one:
+        convs = [one_user(c) for c in convs]
     with stack(("ingest", "embedder", "extractor", "query")) as (settings, where):
         print(f"using the {where}", file=sys.stderr)
         assert settings.database_url is not None
         pool = await create_pool(settings.database_url.get_secret_value(), max_size=4)
         try:
             loading = await load_pipeline(pool, settings, convs, reuse=reuse)
-            keys = {}
+            if one and loading["turns"] > vector_index.MIN_ROWS:
+                await indexed(pool, convs[0].user_id)
+            keys: dict[str, str] = {}
             truths = {}
             for c in convs:
-                _, keys[c.user_id] = await create_key(pool, user_id=c.user_id)
-                truths[c.user_id] = await truth(pool, c.user_id)
+                if c.user_id not in keys:
+                    _, keys[c.user_id] = await create_key(pool, user_id=c.user_id)
+                truths[c.sample_id] = await truth(pool, c.user_id, c.sample_id)
         finally:
             await pool.close()
         base = f"http://127.0.0.1:{settings.query_port}"
@@ -413,6 +430,7 @@ async def run(path: Path, n: int | None, *, reuse: bool) -> dict[str, Any]:
         "dataset": str(path),
         "stack": where,
         "conversations": [c.sample_id for c in convs],
+        "form": "one user" if one else "a user each",
         "turns": sum(len(c.turns) for c in convs),
         "questions": sum(len(c.questions) for c in convs),
         "budgets": list(BUDGETS),
@@ -430,11 +448,17 @@ def main(argv: list[str] | None = None) -> int:
         "--conversations", type=int, default=None, help="only N (taken evenly from both halves)"
     )
     p.add_argument("--reuse", action="store_true", help="keep the users if fully loaded")
+    p.add_argument(
+        "--one-user",
+        action="store_true",
+        help="every conversation a chat of one heavy user (all ten: 5,882 turns, past the "
+        "5,000 of a big user's search path); another conversation's turn is a miss",
+    )
     p.add_argument("--name", default="context_quality", help="bench/results/<name>.json")
     args = p.parse_args(argv)
     if not args.locomo.exists():
         p.error(f"{args.locomo} not found (LoCoMo's locomo10.json)")
-    result = asyncio.run(run(args.locomo, args.conversations, reuse=args.reuse))
+    result = asyncio.run(run(args.locomo, args.conversations, reuse=args.reuse, one=args.one_user))
     print()
     print(report(result["results"]))
     print(f"\nwritten to {write_result(args.name, result)}")

@@ -486,7 +486,7 @@ def report_halves(results: dict[str, dict[str, Any]]) -> str:
     return table(rows, header)
 
 
-async def _indexed(pool: asyncpg.Pool, user_id: str) -> None:
+async def indexed(pool: asyncpg.Pool, user_id: str) -> None:
     """Wait until the embedder has listed ``user_id``'s turns for the HNSW index (its
     indexer looks every minute), so the questions take a big user's path."""
     started = time.perf_counter()
@@ -527,7 +527,7 @@ async def run(
             try:
                 loading = await load_turns(pool, settings, convs, reuse=reuse)
                 if form == "one":
-                    await _indexed(pool, ONE_USER)
+                    await indexed(pool, ONE_USER)
                 keys = {}
                 for c in convs:
                     if c.user_id not in keys:
