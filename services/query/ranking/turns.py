@@ -116,8 +116,10 @@ hit AS (
     # that hold a query word: the corpus (turns, their mean length) and the turns a
     # speaker's name brings to a word's document frequency come from
     # message_text_stats (migration 0090), the rest of each word's from the turns
-    # read. Ranks equal the statement above's; a turn that holds none of the query's
-    # words in its content (only its speaker's name) is no candidate here.
+    # read. Ranks equal the statement above's but for two things: a turn that holds
+    # none of the query's words in its content (only its speaker's name) is no
+    # candidate here, and the mean length counts a speaker's name beside their
+    # words even in a turn that names its own speaker (one word more, once).
     "bm25_stats": """
 qterms AS MATERIALIZED (
     SELECT DISTINCT w AS lexeme
