@@ -8,7 +8,8 @@
 -- speaker's name), kept by triggers on every insert and delete however the rows
 -- are written (ingest, COPY, a cascade from the user's erasure). A turn's content
 -- and speaker never change once stored (ingest inserts, ON CONFLICT DO NOTHING),
--- so an UPDATE (the embedder's vector) costs nothing here.
+-- so an UPDATE (the embedder's vector) costs nothing here. The backfill at the end
+-- reads every stored turn once; writes to messages wait for it (the trigger's lock).
 CREATE TABLE message_text_stats (
     user_id text NOT NULL REFERENCES users (id) ON DELETE CASCADE,
     speaker text NOT NULL,  -- coalesce(display_name, '')
