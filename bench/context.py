@@ -47,7 +47,7 @@ from bench.common import bench_postgres
 from engram_cli.embedded import EmbeddedRedis, free_port
 from services.query.context.auto import assemble_auto
 from services.query.context.command import ContextQuery
-from services.query.recall import embed_query
+from services.query.people.recall import embed_query
 from shared.db import create_pool
 from shared.embeddings import vector_index
 from shared.memory.people import resolve_person

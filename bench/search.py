@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import bench_postgres  # noqa: E402
 from engram_cli.embedded import EmbeddedRedis, free_port  # noqa: E402
-from services.query import memory_service as ms  # noqa: E402
+from services.query.memory import items as ms  # noqa: E402
 from services.query.ranking.memories import (  # noqa: E402
     SearchParams,
     search,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from services.query.app import create_app
-from services.query.embedding import Resolver
+from services.query.embeddings.query import Resolver
 from services.query.settings import QuerySettings
 from shared.serve import serve
 

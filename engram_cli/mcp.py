@@ -8,8 +8,8 @@ import sys
 
 
 def _run(args: argparse.Namespace) -> int:
+    from engram_cli.mcp_stdio import run
     from engram_client import EngramError
-    from services.query.mcp.stdio import run
 
     key = args.key or os.environ.get("ENGRAM_API_KEY")
     if not key:

@@ -12,16 +12,17 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.query import edges, faults, rpc
+from services.query.api import edges, faults
+from services.query.api.routes import routers
 from services.query.context.theme_hints import HintCache
-from services.query.decision_guard import Rewrite
-from services.query.embedding import Resolver, default_resolver, embed_query
-from services.query.facts_service import has_trigram
+from services.query.embeddings.query import Resolver, default_resolver, embed_query
 from services.query.mcp.http import mount as mount_mcp
-from services.query.routes import routers
+from services.query.memory.decisions import Rewrite
+from services.query.memory.facts import has_trigram
+from services.query.memory.state import QueryState
+from services.query.memory.supersede import register as register_supersession
+from services.query.rpc import search as rpc
 from services.query.settings import QuerySettings
-from services.query.state import QueryState
-from services.query.supersede import register as register_supersession
 from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
 from shared.llm.jobs import build_extractor

@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from services.query.app import create_app
-from services.query.decision_guard import blob_findings
+from services.query.memory.decisions import blob_findings
 from services.query.settings import QuerySettings
 from shared.apikeys import create_key
 from tests.extractor.scripted_llm import Reply, ScriptedLLM

@@ -19,9 +19,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from services.query import toolbox
-from services.query.memory_tool_specs import MEMORY
-from services.query.tool_specs import neutral
+from services.query.tools import toolbox
+from services.query.tools.memory import MEMORY
+from services.query.tools.specs import neutral
 from shared.apikeys import create_key
 from tests.live import LiveQuery
 from tests.support import ROOT

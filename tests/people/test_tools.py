@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.query.people_tool_calls import PEOPLE_TOOLS, call_people_tool
+from services.query.tools.people import PEOPLE_TOOLS, call_people_tool
 from shared.errors import InvalidRequest, NotFound
 from shared.memory.writer import Chat
 from tests.people.conftest import make_app

@@ -5,7 +5,7 @@ import uuid
 import pytest
 
 from services.query.app import create_app
-from services.query.rpc import search_channel
+from services.query.rpc.search import search_channel
 from services.query.settings import QuerySettings
 from tests.query.helpers import FixedEmbedder, admin_auth, auth, resolver_for, set_vector, unit
 from tests.support import running

@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from services.query import toolbox
+from services.query.api.schemas import CONFIDENCE_BY_SOURCE
 from services.query.app import create_app
 from services.query.context.theme_hints import INSTRUCTIONS
-from services.query.schemas import CONFIDENCE_BY_SOURCE
 from services.query.settings import QuerySettings
-from services.query.tool_specs import signature
+from services.query.tools import toolbox
+from services.query.tools.specs import signature
 from tests.query.helpers import auth
 from tests.support import running
 

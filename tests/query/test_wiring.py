@@ -8,9 +8,9 @@ import fastapi.dependencies.utils as fastapi_dependencies
 
 from services.extractor.settings import ExtractorSettings
 from services.ingest.settings import IngestSettings
-from services.query import deps
+from services.query.api import deps
 from services.query.app import create_app
-from services.query.facts_service import has_trigram
+from services.query.memory.facts import has_trigram
 from services.query.settings import QuerySettings
 from tests.query.helpers import auth
 from tests.support import running

@@ -1,10 +1,10 @@
-"""The calendar periods a query names (services/query/periods.py)."""
+"""The calendar periods a query names (services/query/ranking/periods.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from services.query.periods import periods
+from services.query.ranking.periods import periods
 
 
 def d(y: int, m: int, day: int = 1) -> datetime:

@@ -10,9 +10,9 @@ import asyncpg
 from services.query.context.budget import Block, fit_blocks
 from services.query.context.command import ContextQuery
 from services.query.context.models import ContextOut
+from services.query.people.recall import QueryVector
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
 from services.query.ranking.specs import CONTEXT_MEMORIES
-from services.query.recall import QueryVector
 
 FACT_TYPES = ["fact", "preference", "instruction", "decision"]
 PROCEDURE_TYPES = ["procedure", "workflow"]

@@ -24,8 +24,8 @@ import asyncpg
 from services.query.context.budget import tokens
 from services.query.context.command import ContextQuery
 from services.query.context.models import ContextOut
-from services.query.memory_tool_specs import MEMORY
-from services.query.tool_specs import signature
+from services.query.tools.memory import MEMORY
+from services.query.tools.specs import signature
 from shared.db import Conn
 
 log = logging.getLogger(__name__)

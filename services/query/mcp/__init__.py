@@ -1,6 +1,6 @@
 """engram's memory tools over MCP (the official ``mcp`` SDK).
 
-One tool list and one dispatch: the tools are :data:`services.query.toolbox.TOOLS`
+One tool list and one dispatch: the tools are :data:`services.query.tools.toolbox.TOOLS`
 (the ones ``GET /v1/tools`` lists) and a call runs what ``POST /v1/tools/call``
 runs. Two transports:
 

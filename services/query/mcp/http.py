@@ -1,6 +1,6 @@
 """MCP over streamable HTTP at ``/mcp`` on the query service.
 
-Every request is authenticated like the API's (:mod:`services.query.auth`): a
+Every request is authenticated like the API's (:mod:`services.query.api.auth`): a
 Bearer user key acts for its user; an admin key must name the user with
 ``X-Engram-User``. The tools run in process through the toolbox, the dispatch
 ``POST /v1/tools/call`` uses. The server is stateless (no MCP session to hijack:
@@ -20,10 +20,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from services.query import toolbox
-from services.query.auth import acting_user, principal
+from services.query.api.auth import acting_user, principal
+from services.query.api.routes.tool_calls import tool_context
 from services.query.mcp.server import ToolFailed, build_server
-from services.query.routes.tool_calls import tool_context
+from services.query.tools import toolbox
 from shared.runtime import Runtime
 
 PATH = "/mcp"

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from services.query.deps import Pool, State
+from services.query.api.deps import Pool, State
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
 from services.query.ui import queries as q
 from services.query.ui.session import ViewerDep

@@ -15,8 +15,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from services.query.auth import COOKIE_NAME, Principal
-from services.query.deps import Pool, settings
+from services.query.api.auth import COOKIE_NAME, Principal
+from services.query.api.deps import Pool, settings
 from services.query.ui import queries as q
 from services.query.ui.web import error_page, is_htmx, render, same_origin
 from shared.apikeys import lookup_key

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from pydantic import SecretStr, ValidationError
 
-from services.query.deps import Pool, Pub, settings
+from services.query.api.deps import Pool, Pub, settings
 from services.query.ui.session import SameOrigin, ViewerDep
 from services.query.ui.web import render
 from shared.embeddings import (

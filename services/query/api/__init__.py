@@ -1,0 +1,1 @@
+"""The HTTP adapters: routes, request and response models, auth, limits, errors."""

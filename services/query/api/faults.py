@@ -1,0 +1,306 @@
+"""No 5xx for any input (issue 17.6): hostile text refused, one error schema,
+503 while a backing store is unreachable.
+
+- :class:`HostileInput` (ASGI middleware) refuses, with 422 naming the field,
+  any NUL byte or lone surrogate in the path, the query string or a JSON / form
+  body, and any JSON integer beyond 64 bits: PostgreSQL stores none of them, and
+  the answer would otherwise be a 500 from deep inside a statement.
+- Every ``/v1`` error has the one error body, ``edges.ErrorOut`` (``error``,
+  ``detail``, for 422 ``errors`` naming each field), declared in the OpenAPI for
+  each operation (400, 404, 410 and 503 here; ``edges`` adds 401/403/413/422).
+- PostgreSQL or Redis unreachable (refused, reset, pool closing, timeouts) is
+  ``503`` with ``Retry-After``, never a 500 or a dropped connection.
+
+``install(app)`` wires all three; the query service's ``create_app`` calls it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
+from typing import Any
+from urllib.parse import parse_qsl
+
+import asyncpg
+import redis.exceptions as redis_errors
+from fastapi import FastAPI, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute
+
+from services.query.api.auth import acting_user
+from services.query.api.edges import ErrorOut
+from shared.errors import InfrastructureError
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+RETRY_AFTER_S = 5
+INT64 = 2**63 - 1
+
+ERROR_NAMES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    410: "gone",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "too_many_requests",
+    503: "unavailable",
+}
+
+DOCUMENTED = {
+    "400": "The request cannot be served as asked (detail says why)",
+    "401": "No valid API key",
+    "403": "The key may not do this",
+    "404": "No such thing for this user (the same whether or not it exists for another)",
+    "410": "The user this call acts for was erased (an admin key naming it); re-enable it first",
+    "413": "The request body is too large",
+    "422": "A field is invalid (each entry of errors names its field)",
+    "503": "PostgreSQL or Redis is unreachable; retry after Retry-After seconds",
+}
+
+
+# What "the database or Redis is unreachable" looks like from inside a request.
+UNREACHABLE: tuple[type[Exception], ...] = (
+    OSError,  # refused, reset, unreachable, TimeoutError
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,  # e.g. the pool is closing, the connection was lost
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.BusyLoadingError,
+    InfrastructureError,
+)
+
+
+def _text_problem(value: str) -> str | None:
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode text (no lone surrogates)"
+    return None
+
+
+Loc = tuple[str | int, ...]
+
+
+def find_problem(value: Any, loc: Loc) -> tuple[Loc, str] | None:
+    """The first value under ``value`` PostgreSQL would refuse, with its path."""
+    if isinstance(value, str):
+        problem = _text_problem(value)
+        return (loc, problem) if problem else None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return (loc, "is out of range") if abs(value) > INT64 else None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (loc, "must be a finite number")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            problem = _text_problem(k)
+            if problem:
+                return ((*loc, "<key>"), problem)
+            found = find_problem(v, (*loc, k))
+            if found:
+                return found
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            found = find_problem(v, (*loc, i))
+            if found:
+                return found
+    return None
+
+
+def _refusal(loc: Loc, msg: str) -> JSONResponse:
+    where = ".".join(str(p) for p in loc[1:]) or loc[0]
+    return JSONResponse(
+        {
+            "error": "invalid_request",
+            "detail": f"{where}: {msg}",
+            "errors": [{"field": str(where), "message": msg, "type": "hostile_text"}],
+        },
+        status_code=422,
+    )
+
+
+class HostileInput:
+    """Refuse what PostgreSQL cannot store before any handler sees it (see module doc)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        found = find_problem(str(scope.get("path", "")), ("path",))
+        if found is None:
+            query = bytes(scope.get("query_string", b"")).decode("utf-8", "surrogateescape")
+            for key, value in parse_qsl(query, keep_blank_values=True, errors="surrogateescape"):
+                found = find_problem(key, ("query",)) or find_problem(value, ("query", key))
+                if found:
+                    break
+        body: bytes | None = None
+        if found is None and scope.get("method") in ("POST", "PUT", "PATCH", "DELETE"):
+            try:
+                body, more = await _read_body(receive)
+            except Exception:  # e.g. over the body limit: the outer middleware answers 413
+                await _error(400, "the request body could not be read")(scope, receive, send)
+                return
+            if not more:
+                found = _body_problem(scope, body)
+        if found is not None:
+            await _refusal(*found)(scope, receive, send)
+            return
+        if body is None:
+            await self.app(scope, receive, send)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+
+async def _read_body(receive: Receive) -> tuple[bytes, bool]:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), True  # disconnected: let the app see it
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks), False
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
+
+
+def _body_problem(scope: Scope, body: bytes) -> tuple[Loc, str] | None:
+    if not body:
+        return None
+    headers = {k.lower(): v for k, v in scope.get("headers", [])}
+    ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+    if ctype == b"application/json" or ctype.endswith(b"+json"):
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return None  # not JSON: the route's validation says so
+        return find_problem(data, ("body",))
+    if ctype == b"application/x-www-form-urlencoded":
+        text = body.decode("utf-8", "surrogateescape")
+        for key, value in parse_qsl(text, keep_blank_values=True, errors="surrogateescape"):
+            found = find_problem(key, ("body",)) or find_problem(value, ("body", key))
+            if found:
+                return found
+    return None
+
+
+def _error(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        {"error": ERROR_NAMES.get(status, "error"), "detail": detail},
+        status_code=status,
+        headers=headers,
+    )
+
+
+def _acting_for_a_user(app: FastAPI) -> set[str]:
+    """The operation ids of the routes that depend on ``auth.acting_user``."""
+
+    def uses(dependant: Dependant) -> bool:
+        return any(d.call is acting_user or uses(d) for d in dependant.dependencies)
+
+    def walk(routes: Sequence[BaseRoute]) -> Iterator[str]:
+        for route in routes:
+            if isinstance(route, APIRoute) and uses(route.dependant):
+                yield route.unique_id
+            inner = getattr(route, "original_router", None)  # an included router
+            if inner is not None:
+                yield from walk(inner.routes)
+
+    return set(walk(app.routes))
+
+
+def install(app: FastAPI) -> None:
+    """The middleware, the error handlers and the documented error schema."""
+    app.add_middleware(HostileInput)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if not request.url.path.startswith("/v1/"):
+            return await http_exception_handler(request, exc)  # the browser's own pages
+        return _error(exc.status_code, str(exc.detail), dict(exc.headers or {}) or None)
+
+    async def unreachable(request: Request, exc: Exception) -> Response:
+        what = "the database or Redis is unreachable"
+        if isinstance(exc, InfrastructureError):
+            what = str(exc)
+        return _error(503, what, {"Retry-After": str(RETRY_AFTER_S)})
+
+    for kind in UNREACHABLE:
+        app.add_exception_handler(kind, unreachable)
+
+    plain = app.openapi
+    done = False
+
+    def openapi() -> dict[str, Any]:
+        nonlocal done
+        schema = plain()
+        if done:
+            return schema
+        done = True
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        defs = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(defs.pop("$defs", {}))
+        components["ErrorOut"] = defs
+        ref = {"$ref": "#/components/schemas/ErrorOut"}
+        acting = _acting_for_a_user(app)
+        for path, operations in schema.get("paths", {}).items():
+            if not path.startswith("/v1/"):
+                continue
+            for op in operations.values():
+                wanted = {
+                    # edges documents 401/403/413/422; these are the ones added here
+                    "400": "requestBody" in op,
+                    "404": "{" in path,
+                    "410": op.get("operationId") in acting,  # an admin naming an erased user
+                    "503": bool(op.get("security")),  # the key is looked up in PostgreSQL
+                }
+                responses = op.setdefault("responses", {})
+                for code, description in DOCUMENTED.items():
+                    if not wanted.get(code):
+                        continue
+                    responses[code] = {
+                        "description": description,
+                        "content": {"application/json": {"schema": ref}},
+                    }
+                    if code == "503":
+                        responses[code]["headers"] = {
+                            "Retry-After": {"schema": {"type": "integer"}}
+                        }
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

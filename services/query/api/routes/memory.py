@@ -1,0 +1,76 @@
+"""Nova's ``memory`` surface (spec 3.2): search, add, get, archive, list_themes."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter
+
+from services.query.api import responses as R
+from services.query.api.auth import Caller, UserId
+from services.query.api.deps import Pool, Pub, State
+from services.query.api.schemas import AddIn, SearchIn
+from services.query.memory import items as ms
+
+router = APIRouter(prefix="/v1/memory", tags=["memory (Nova)"])
+
+
+@router.post(
+    "/search",
+    summary="Hybrid search: 70% semantic + 30% full-text; '*' = newest",
+    response_model=R.SearchOut,
+)
+async def search(
+    body: SearchIn, who: Caller, user_id: UserId, pool: Pool, state: State
+) -> dict[str, Any]:
+    stored = who.embedding_settings(user_id)  # read with the key: no second round trip
+    result = await state.search(pool, body.params(), user_id=user_id, stored=stored)
+    return result.as_dict()
+
+
+@router.post(
+    "/add",
+    summary="Store a memory; its embedding is computed asynchronously",
+    response_model=R.AddedOut,
+)
+async def add(body: AddIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+    item = ms.NewMemory(
+        type=body.type, content=body.content, theme=body.theme, tags=tuple(body.tags)
+    )
+    added = await ms.add_memory(pool, pub, user_id=user_id, item=item)
+    return added.as_dict()
+
+
+@router.get(
+    "/items/{item_id}",
+    summary="Every field of one memory and its embedding state",
+    response_model=R.MemoryItemOut,
+)
+async def get(item_id: uuid.UUID, user_id: UserId, pool: Pool) -> dict[str, Any]:
+    return await ms.get_memory(pool, user_id=user_id, item_id=item_id)
+
+
+@router.post(
+    "/items/{item_id}/archive",
+    summary="Archive a memory (kept, hidden from search)",
+    response_model=R.ArchivedOut,
+)
+async def archive(item_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+    return await ms.archive_memory(pool, pub, user_id=user_id, item_id=item_id)
+
+
+@router.delete(
+    "/items/{item_id}",
+    summary="Delete a memory and its embedding for good",
+    response_model=R.DeletedOut,
+)
+async def delete(item_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+    return await ms.delete_memory(pool, pub, user_id=user_id, item_id=item_id)
+
+
+@router.get(
+    "/themes", summary="The user's themes with their active item counts", response_model=R.ThemesOut
+)
+async def themes(user_id: UserId, pool: Pool) -> dict[str, Any]:
+    return {"themes": await ms.list_themes(pool, user_id=user_id)}

@@ -1,0 +1,101 @@
+"""Tools for LLMs: the memory tools' schemas, and one endpoint that runs a tool call."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from services.query.api import responses as R
+from services.query.api.auth import UserId
+from services.query.tools import toolbox
+
+router = APIRouter(prefix="/v1/tools", tags=["tools"])
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: Any = None
+
+
+class ToolCallIn(BaseModel):
+    """``{name, arguments}``, an OpenAI ``tool_call`` (``{id, type, function}``) or an
+    Anthropic ``tool_use`` block (``{id, type, name, input}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = None
+    type: str | None = None
+    name: str | None = None
+    arguments: Any = None
+    input: Any = None
+    function: FunctionCall | None = None
+
+    @model_validator(mode="after")
+    def _named(self) -> ToolCallIn:
+        if self.function is None and not self.name:
+            raise ValueError("give the tool's 'name' (or an OpenAI 'function' object)")
+        return self
+
+    def resolved(self) -> tuple[str, Any]:
+        if self.function is not None:
+            return self.function.name, self.function.arguments
+        assert self.name is not None
+        return self.name, self.input if self.input is not None else self.arguments
+
+
+async def tool_context(request: Request, user_id: str) -> toolbox.ToolContext:
+    """What a tool call for ``user_id`` runs with, from the app serving ``request``
+    (``/v1/tools/call`` and the MCP server)."""
+    app_state = request.app.state
+    pool = app_state.runtime.pool
+    return toolbox.ToolContext(
+        pool=pool,
+        publisher=app_state.runtime.publisher,
+        state=app_state.query,
+        user_id=user_id,
+        trigram=app_state.query.trigram,
+        hint_cache=app_state.hint_cache,
+    )
+
+
+@router.get(
+    "",
+    summary="The memory tools in OpenAI and Anthropic function-calling formats",
+    response_model=R.ToolSchemasOut,
+    response_model_exclude_unset=True,
+)
+async def tools(
+    format: Annotated[Literal["all", "openai", "anthropic"], Query()] = "all",
+) -> dict[str, Any]:
+    return toolbox.tool_schemas(format)
+
+
+@router.post(
+    "/call",
+    summary="Run one tool call; errors come back readable for the model",
+    response_model=R.ToolCallOut,
+    response_model_exclude_unset=True,
+)
+async def call(body: ToolCallIn, request: Request, user_id: UserId) -> dict[str, Any]:
+    name, arguments = body.resolved()
+    ctx = await tool_context(request, user_id)
+    try:
+        result = await toolbox.call_tool(ctx, name, arguments)
+    except toolbox.ToolError as exc:
+        return {
+            "id": body.id,
+            "name": name,
+            "is_error": True,
+            "error": str(exc),
+            "content": f"error: {exc}",
+        }
+    return {
+        "id": body.id,
+        "name": name,
+        "is_error": False,
+        "result": result,
+        "content": json.dumps(result, default=str),
+    }

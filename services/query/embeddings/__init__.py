@@ -1,0 +1,1 @@
+"""Query-time embedding: the user's embedder for a query."""

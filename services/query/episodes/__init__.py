@@ -1,0 +1,1 @@
+"""Nous episodes: the list, one episode, episode recall."""

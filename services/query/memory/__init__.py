@@ -1,0 +1,1 @@
+"""Nova items and themes, Jarvus typed memory, Navi facts, Nous decisions, checkpoints."""

@@ -1,0 +1,1 @@
+"""Ash's people: remember, recall."""

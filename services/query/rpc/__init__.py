@@ -1,0 +1,1 @@
+"""The Redis request/reply adapter."""

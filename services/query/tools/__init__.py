@@ -1,0 +1,1 @@
+"""The LLM tools: one table of name -> spec, request model, handler."""
