@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from services.query.api.schemas import CONFIDENCE_BY_SOURCE
 from services.query.app import create_app
 from services.query.context.theme_hints import INSTRUCTIONS
+from services.query.memory.requests import CONFIDENCE_BY_SOURCE
 from services.query.settings import QuerySettings
 from services.query.tools import toolbox
 from services.query.tools.specs import signature

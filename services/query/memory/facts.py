@@ -17,8 +17,8 @@ from typing import Any
 
 import asyncpg
 
-from services.query.api.schemas import CONFIDENCE_BY_SOURCE, DEFAULT_CONFIDENCE
 from services.query.memory.items import ENSURE_USER, announce
+from services.query.memory.requests import CONFIDENCE_BY_SOURCE, DEFAULT_CONFIDENCE
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
 from shared.memory.known import LIVE_FACT

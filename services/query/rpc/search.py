@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from services.query.api.schemas import SearchIn
+from services.query.memory.requests import SearchIn
 from services.query.memory.state import QueryState
 from shared.errors import InvalidRequest
 from shared.runtime import Runtime

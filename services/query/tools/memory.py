@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from services.query.api.schemas import (
+from services.query.memory.requests import (
     CONFIDENCE_TEXT,
     AddIn,
     FactIn,

@@ -17,7 +17,11 @@ from typing import Any
 import asyncpg
 from pydantic import BaseModel, ValidationError
 
-from services.query.api.schemas import (
+from services.query.context.theme_hints import HintCache
+from services.query.embeddings.query import user_embedder
+from services.query.memory import facts as fs
+from services.query.memory import items as ms
+from services.query.memory.requests import (
     AddIn,
     FactIn,
     FactListIn,
@@ -26,10 +30,6 @@ from services.query.api.schemas import (
     ItemIn,
     SearchIn,
 )
-from services.query.context.theme_hints import HintCache
-from services.query.embeddings.query import user_embedder
-from services.query.memory import facts as fs
-from services.query.memory import items as ms
 from services.query.memory.state import QueryState
 from services.query.tools.context import CONTEXT_SPECS, call_context_tool
 from services.query.tools.context import NAMES as CONTEXT_TOOL_NAMES

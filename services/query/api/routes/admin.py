@@ -9,8 +9,8 @@ from fastapi import APIRouter, Query
 from services.query.api import responses as R
 from services.query.api.auth import Admin
 from services.query.api.deps import Pool, State
-from services.query.api.schemas import AdminSearchIn, FactListIn
 from services.query.memory import facts as fs
+from services.query.memory.requests import AdminSearchIn, FactListIn
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Path, Query
 from services.query.api import responses as R
 from services.query.api.auth import UserId
 from services.query.api.deps import Pool
-from services.query.api.schemas import CheckpointIn
 from services.query.memory import checkpoints as cs
+from services.query.memory.requests import CheckpointIn
 
 router = APIRouter(prefix="/v1/threads/{thread_id}/checkpoints", tags=["checkpoints (Jarvus)"])
 Thread = Annotated[str, Path(min_length=1, max_length=255)]

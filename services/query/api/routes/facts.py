@@ -10,8 +10,8 @@ from services.query.api import responses as R
 from services.query.api.auth import UserId
 from services.query.api.deps import Pool, Pub, State
 from services.query.api.edges import NAMED_IN_BODY
-from services.query.api.schemas import FactIn, FactListIn, FactSearchIn, ForgetIn, SummaryIn
 from services.query.memory import facts as fs
+from services.query.memory.requests import FactIn, FactListIn, FactSearchIn, ForgetIn, SummaryIn
 
 router = APIRouter(prefix="/v1/facts", tags=["facts (Navi)"])
 

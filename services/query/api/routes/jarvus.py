@@ -11,9 +11,9 @@ from services.query.api import responses as R
 from services.query.api.auth import UserId
 from services.query.api.deps import Pool, Pub, State
 from services.query.api.edges import NAMED_IN_BODY
-from services.query.api.schemas import ActionIn, FeedbackIn, StoreIn, WorkflowIn
 from services.query.memory import items as ms
 from services.query.memory import jarvus as js
+from services.query.memory.requests import ActionIn, FeedbackIn, StoreIn, WorkflowIn
 
 router = APIRouter(prefix="/v1/jarvus", tags=["agent memory (Jarvus)"])
 

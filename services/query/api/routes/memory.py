@@ -10,8 +10,8 @@ from fastapi import APIRouter
 from services.query.api import responses as R
 from services.query.api.auth import Caller, UserId
 from services.query.api.deps import Pool, Pub, State
-from services.query.api.schemas import AddIn, SearchIn
 from services.query.memory import items as ms
+from services.query.memory.requests import AddIn, SearchIn
 
 router = APIRouter(prefix="/v1/memory", tags=["memory (Nova)"])
 
