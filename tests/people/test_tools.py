@@ -1,16 +1,17 @@
-"""remember / recall as tool calls: the seed's schemas and the executor."""
+"""remember / recall as tool calls: the seed's schemas and the tool table's dispatch."""
+
+import dataclasses
 
 import pytest
 
-from services.query.tools.people import PEOPLE_TOOLS, call_people_tool
-from shared.errors import InvalidRequest, NotFound
+from services.query.tools.toolbox import TOOLS, ToolContext, ToolError, call_tool
 from shared.memory.writer import Chat
 from tests.people.conftest import make_app
 from tests.support import running
 
 
 def test_schemas_are_the_seeds():
-    remember, recall = PEOPLE_TOOLS
+    remember, recall = (next(t for t in TOOLS if t["name"] == n) for n in ("remember", "recall"))
     assert remember["name"] == "remember" and recall["name"] == "recall"
     props = remember["parameters"]["properties"]
     assert set(props) == {"content", "facts", "subjects", "expires_in_days", "shared"}
@@ -24,15 +25,18 @@ async def test_tool_calls_play_the_wife_scenario(make_settings, pool, user_id, l
     app = make_app(make_settings, local_model)
     async with running(app):
         rt = app.state.runtime
-        kw = dict(
+        ctx = ToolContext(
             pool=rt.pool,
             publisher=rt.publisher,
+            state=app.state.query,
             user_id=user_id,
-            embedder=local_model,
-            embedding_dim=384,
+            trigram=app.state.query.trigram,
+            hint_cache=app.state.hint_cache,
         )
+        in_chat = dataclasses.replace(ctx, chat=Chat("slack", "C1"))
         await pool.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
-        await call_people_tool(
+        await call_tool(
+            ctx,
             "remember",
             {
                 "facts": [
@@ -40,39 +44,33 @@ async def test_tool_calls_play_the_wife_scenario(make_settings, pool, user_id, l
                     {"content": "She likes Italian food", "subjects": ["my wife"]},
                 ]
             },
-            **kw,
         )
-        out = await call_people_tool(
-            "recall", {"query": "what does my wife like?", "about": "my wife"}, **kw
+        out = await call_tool(
+            ctx, "recall", {"query": "what does my wife like?", "about": "my wife"}
         )
         assert out["results"][0]["content"] == "She likes Italian food"
         assert out["results"][0]["subjects"][0]["name"] == "Sarah"
 
-        with pytest.raises(NotFound, match="chats you are in"):  # not a member (yet)
-            await call_people_tool(
-                "remember", {"content": "x", "shared": True}, **kw, chat=Chat("slack", "C1")
-            )
+        with pytest.raises(ToolError, match="chats you are in"):  # not a member (yet)
+            await call_tool(in_chat, "remember", {"content": "x", "shared": True})
         await pool.execute(
             "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
             "VALUES (gen_random_uuid(), $1, 'slack', 'C1', now(), now())",
             user_id,
         )
-        shared = await call_people_tool(
-            "remember",
-            {"content": "Deploys freeze on Fridays", "shared": True},
-            **kw,
-            chat=Chat("slack", "C1"),
+        shared = await call_tool(
+            in_chat, "remember", {"content": "Deploys freeze on Fridays", "shared": True}
         )
         assert shared["memories"][0]["scope"] == "chat"
 
-        with pytest.raises(InvalidRequest, match="unknown argument"):
-            await call_people_tool("recall", {"query": "x", "limit": 3}, **kw)
-        with pytest.raises(InvalidRequest, match="shared fact needs the chat"):
-            await call_people_tool("remember", {"content": "x", "shared": True}, **kw)
-        with pytest.raises(InvalidRequest, match="invalid arguments for recall"):
-            await call_people_tool("recall", {"about": "Sarah"}, **kw)
-        with pytest.raises(InvalidRequest, match="unknown tool"):
-            await call_people_tool("forget_everything", {}, **kw)
+        with pytest.raises(ToolError, match="unknown argument"):
+            await call_tool(ctx, "recall", {"query": "x", "limit": 3})
+        with pytest.raises(ToolError, match="shared fact needs the chat"):
+            await call_tool(ctx, "remember", {"content": "x", "shared": True})
+        with pytest.raises(ToolError, match="invalid arguments for recall"):
+            await call_tool(ctx, "recall", {"about": "Sarah"})
+        with pytest.raises(ToolError, match="unknown tool"):
+            await call_tool(ctx, "forget_everything", {})
 
 
 @pytest.mark.slow

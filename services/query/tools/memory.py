@@ -1,4 +1,5 @@
-"""The ``memory`` (Nova) and ``memory_facts`` (Navi) tools: each operation and its request model.
+"""The ``memory`` (Nova) and ``memory_facts`` (Navi) tools: each operation, its request
+model and its handler.
 
 The tool schemas (``services.query.tools.toolbox``) and the context's tool guidance
 (``services.query.context.theme_hints``) are both built from these specs.
@@ -6,8 +7,12 @@ The tool schemas (``services.query.tools.toolbox``) and the context's tool guida
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
 
+from services.query.memory import facts as fs
+from services.query.memory import items as ms
 from services.query.memory.requests import (
     CONFIDENCE_TEXT,
     AddIn,
@@ -18,6 +23,7 @@ from services.query.memory.requests import (
     ItemIn,
     SearchIn,
 )
+from services.query.tools.registry import Tool, ToolContext
 from services.query.tools.specs import Operation, ToolSpec
 
 
@@ -61,4 +67,81 @@ FACTS = ToolSpec(
         ),
         Operation("list", FactListIn, "returns stored facts."),
     ),
+)
+
+
+async def _search(ctx: ToolContext, body: SearchIn) -> dict[str, Any]:
+    return (await ctx.state.search(ctx.pool, body.params(), user_id=ctx.user_id)).as_dict()
+
+
+async def _add(ctx: ToolContext, add: AddIn) -> dict[str, Any]:
+    item = ms.NewMemory(type=add.type, content=add.content, theme=add.theme, tags=tuple(add.tags))
+    added = await ms.add_memory(
+        ctx.pool, ctx.publisher, user_id=ctx.user_id, item=item, actor="tool"
+    )
+    return added.as_dict()
+
+
+async def _get(ctx: ToolContext, one: ItemIn) -> dict[str, Any]:
+    return await ms.get_memory(ctx.pool, user_id=ctx.user_id, item_id=one.item_id)
+
+
+async def _archive(ctx: ToolContext, one: ItemIn) -> dict[str, Any]:
+    return await ms.archive_memory(
+        ctx.pool, ctx.publisher, user_id=ctx.user_id, item_id=one.item_id, actor="tool"
+    )
+
+
+async def _list_themes(ctx: ToolContext, _: Nothing) -> dict[str, Any]:
+    return {"themes": await ms.list_themes(ctx.pool, user_id=ctx.user_id)}
+
+
+async def _save_fact(ctx: ToolContext, fact: FactIn) -> dict[str, Any]:
+    return await fs.save_fact(
+        ctx.pool, ctx.publisher, user_id=ctx.user_id, actor="tool", **fact.model_dump()
+    )
+
+
+async def _search_facts(ctx: ToolContext, q: FactSearchIn) -> dict[str, Any]:
+    vector = await ctx.state.query_vector(ctx.pool, user_id=ctx.user_id, text=q.query)
+    return {
+        "facts": await fs.search_facts(
+            ctx.pool,
+            user_id=ctx.user_id,
+            query=q.query,
+            limit=q.limit,
+            vector=vector,
+            trigram=ctx.trigram,
+        )
+    }
+
+
+async def _forget_fact(ctx: ToolContext, f: ForgetIn) -> dict[str, Any]:
+    return await fs.forget_fact(
+        ctx.pool,
+        ctx.publisher,
+        user_id=ctx.user_id,
+        key=f.key,
+        category=f.category,
+        actor="tool",
+    )
+
+
+async def _list_facts(ctx: ToolContext, page: FactListIn) -> dict[str, Any]:
+    return await fs.list_facts(ctx.pool, user_id=ctx.user_id, **page.model_dump())
+
+
+MEMORY_TOOL = Tool(
+    MEMORY,
+    {
+        "search": _search,
+        "add": _add,
+        "get": _get,
+        "archive": _archive,
+        "list_themes": _list_themes,
+    },
+)
+FACTS_TOOL = Tool(
+    FACTS,
+    {"save": _save_fact, "search": _search_facts, "forget": _forget_fact, "list": _list_facts},
 )
