@@ -12,6 +12,7 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from services.query import ui
 from services.query.api import edges, faults
 from services.query.api.routes import routers
 from services.query.context.theme_hints import HintCache
@@ -63,7 +64,7 @@ def create_app(
     app.state.query = state
     app.state.hint_cache = HintCache()
     add_ops_routes(app, rt)
-    for router in routers():
+    for router in (*routers(), ui.router):
         app.include_router(router)
     _install_error_handlers(app)
     faults.install(app)

@@ -1,6 +1,6 @@
 """The memory browser: a read-only web UI under ``/ui`` (Jinja2 pages, HTMX fragments).
 
-Mounted by ``services.query.api.routes`` like the API routers; see ``docs/browser.md``.
+Mounted by ``create_app`` after the API routers; see ``docs/browser.md``.
 """
 
 from __future__ import annotations

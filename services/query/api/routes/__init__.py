@@ -1,30 +1,49 @@
-"""The API's routers. Each module exposes ``router``; list it here to mount it."""
+"""The API's routers, imported by name: a new route module is one more line here.
+
+The browser's router (``services.query.ui``) sits above the API and is mounted by
+``create_app`` after these.
+"""
 
 from __future__ import annotations
 
-import importlib
-
 from fastapi import APIRouter
 
-ROUTER_MODULES = [
-    "services.query.api.routes.index",
-    "services.query.api.routes.me",
-    "services.query.api.routes.memory",
-    "services.query.api.routes.messages",
-    "services.query.api.routes.facts",
-    "services.query.api.routes.jarvus",
-    "services.query.api.routes.checkpoints",
-    "services.query.api.routes.tool_calls",
-    "services.query.api.routes.users",
-    "services.query.api.routes.admin",
-    "services.query.api.routes.embeddings",
-    "services.query.api.routes.decisions",
-    "services.query.api.routes.episodes",
-    "services.query.api.routes.people",
-    "services.query.api.routes.context",
-    "services.query.ui",
-]
+from services.query.api.routes import (
+    admin,
+    checkpoints,
+    context,
+    decisions,
+    embeddings,
+    episodes,
+    facts,
+    index,
+    jarvus,
+    me,
+    memory,
+    messages,
+    people,
+    tool_calls,
+    users,
+)
+
+ROUTERS: tuple[APIRouter, ...] = (
+    index.router,
+    me.router,
+    memory.router,
+    messages.router,
+    facts.router,
+    jarvus.router,
+    checkpoints.router,
+    tool_calls.router,
+    users.router,
+    admin.router,
+    embeddings.router,
+    decisions.router,
+    episodes.router,
+    people.router,
+    context.router,
+)
 
 
 def routers() -> list[APIRouter]:
-    return [importlib.import_module(m).router for m in ROUTER_MODULES]
+    return list(ROUTERS)
