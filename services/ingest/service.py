@@ -39,6 +39,7 @@ from shared.events import (
     TurnReceived,
 )
 from shared.streams import Publisher
+from shared.users import upsert_users
 
 CONSUMER = "ingest"
 
@@ -50,14 +51,6 @@ LEFT JOIN users u ON u.id = k.id
 WHERE u.id IS NULL
    OR (k.display_name IS NOT NULL AND u.display_name IS DISTINCT FROM k.display_name)
 ORDER BY k.id
-"""
-
-UPSERT_USERS = """
-INSERT INTO users (id, display_name)
-SELECT * FROM unnest($1::text[], $2::text[])
-ON CONFLICT (id) DO UPDATE SET display_name = EXCLUDED.display_name, updated_at = now()
-WHERE EXCLUDED.display_name IS NOT NULL
-  AND users.display_name IS DISTINCT FROM EXCLUDED.display_name
 """
 
 # Each chat's current episode: the open one, else the latest closed one. A chat
@@ -271,8 +264,8 @@ async def store_turns(
         ordered = sorted(users)
         changed = await conn.fetch(CHANGED_USERS, ordered, [users[u] for u in ordered])
         if changed:
-            await conn.execute(
-                UPSERT_USERS, [r["id"] for r in changed], [r["display_name"] for r in changed]
+            await upsert_users(
+                conn, [r["id"] for r in changed], [r["display_name"] for r in changed]
             )
 
         plan = await _plan_episodes(conn, batch, stale_window, rejected)
@@ -643,7 +636,7 @@ async def _start_episode(
     owner = await conn.fetchval("SELECT user_id FROM episodes WHERE id = $1", ev.episode_id)
     if owner is not None:
         return None if owner == ev.user_id else (f"episode {ev.episode_id} belongs to another user")
-    await conn.execute(UPSERT_USERS, [ev.user_id], [ev.display_name])
+    await upsert_users(conn, [ev.user_id], [ev.display_name])
     # A new session in a chat ends the chat's previous open one.
     for row in await conn.fetch(
         CLOSE_PREVIOUS, ev.user_id, ev.provider, ev.chat_id, ev.occurred_at
@@ -693,7 +686,7 @@ async def _close_episode(
 
     async def keep() -> None:
         if first:  # a redelivered close was kept (or used) the first time
-            await conn.execute(UPSERT_USERS, [ev.user_id], [None])
+            await upsert_users(conn, [ev.user_id], [None])
             await conn.execute(
                 KEEP_CLOSE, ev.event_id, ev.user_id, ev.provider, ev.chat_id, ev.episode_id, c
             )

@@ -28,6 +28,7 @@ from shared.errors import InvalidRequest
 from shared.events import EmbedRequested, EmbedTarget, Event, MemoryChanged
 from shared.memory.supersession import AUDIT_ENTITY, Contradicts, check_supersession
 from shared.streams import Publisher
+from shared.users import ENSURE_USER
 
 __all__ = [
     "AUDIT_ENTITY",
@@ -57,9 +58,12 @@ DEFAULT_THEME = "general"
 # One statement per item: user and theme ensured, the item inserted (or, with a
 # category and key, upserted), the audit line written. The foreign key to users
 # is checked at the end of the statement, after the user's insert.
-_WRITE = """
+_WRITE = (
+    """
 WITH u AS (
-    INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING
+    """
+    + ENSURE_USER
+    + """
 ),
 t AS (
     INSERT INTO themes (user_id, slug, display_name) VALUES ($1, $2, $3)
@@ -91,6 +95,7 @@ a AS (
 )
 SELECT id, created_at, expires_at, embedding_state, inserted FROM i
 """
+)
 
 _UPSERT = """
     ON CONFLICT (user_id, namespace, category, key) WHERE category IS NOT NULL AND key IS NOT NULL

@@ -17,13 +17,14 @@ from typing import Any
 
 import asyncpg
 
-from services.query.memory.items import ENSURE_USER, announce
+from services.query.memory.items import announce
 from services.query.memory.requests import CONFIDENCE_BY_SOURCE, DEFAULT_CONFIDENCE
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
 from shared.memory.known import LIVE_FACT
 from shared.memory.writer import AUDIT_ENTITY, NewItem, insert_items, publish_written, theme_slug
 from shared.streams import Publisher
+from shared.users import ensure_user
 
 MAX_DISTANCE = 0.3
 NAMESPACE = "default"
@@ -260,7 +261,7 @@ async def set_summary(
     pool: asyncpg.Pool, *, user_id: str, summary: str, actor: str = "api"
 ) -> dict[str, Any]:
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(ENSURE_USER, user_id)
+        await ensure_user(conn, user_id)
         row = await conn.fetchrow(SET_SUMMARY, user_id, summary)
         assert row is not None
         await audit(
