@@ -16,7 +16,7 @@ from services.query import ui
 from services.query.api import edges, faults
 from services.query.api.routes import routers
 from services.query.context.theme_hints import HintCache
-from services.query.embeddings.query import Resolver, default_resolver, embed_query
+from services.query.embeddings.query import Resolver, default_resolver, user_query_vector
 from services.query.mcp.http import mount as mount_mcp
 from services.query.memory.decisions import Rewrite
 from services.query.memory.facts import has_trigram
@@ -96,7 +96,9 @@ def _warm_up(resolver: Resolver, settings: QuerySettings) -> Callable[[Runtime],
 
     async def warm(rt: Runtime) -> None:
         started = time.perf_counter()
-        vector = await embed_query(resolver, rt.pool, user_id="", settings=settings, text="warm-up")
+        vector = await user_query_vector(
+            resolver, rt.pool, user_id="", settings=settings, text="warm-up"
+        )
         log.info(
             "query embedding %s in %.1f s",
             "ready" if vector is not None else "unavailable",

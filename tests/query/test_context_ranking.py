@@ -11,7 +11,7 @@ import numpy as np
 
 from services.query.context.auto import MIN_MESSAGES, assemble_auto, turn_hits
 from services.query.context.command import ContextQuery
-from services.query.people.recall import QueryVector
+from services.query.embeddings.query import QueryVector
 from tests.query.helpers import unit
 from tests.retrieval.helpers import T, add_turns
 

@@ -32,7 +32,8 @@ import asyncpg
 from services.query.context.budget import Block, fit_by_priority, tokens
 from services.query.context.command import ContextQuery
 from services.query.context.models import ContextOut
-from services.query.people.recall import QueryVector, subject_people
+from services.query.embeddings.query import QueryVector
+from services.query.people.recall import subject_people
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
 from services.query.ranking.specs import CONTEXT_TURNS
 from services.query.ranking.turns import MessageHit, rank_turns

@@ -14,7 +14,7 @@ from services.query.context.models import ContextOut
 from services.query.context.sections import assemble_sections
 from services.query.context.summary import assemble_summary
 from services.query.context.theme_hints import HintCache, assemble_tools
-from services.query.people.recall import embed_query
+from services.query.embeddings.query import embed_query
 from shared.memory.vectors import ModelEmbedder
 
 

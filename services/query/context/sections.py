@@ -10,7 +10,7 @@ import asyncpg
 from services.query.context.budget import Block, fit_blocks
 from services.query.context.command import ContextQuery
 from services.query.context.models import ContextOut
-from services.query.people.recall import QueryVector
+from services.query.embeddings.query import QueryVector
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
 from services.query.ranking.specs import CONTEXT_MEMORIES
 

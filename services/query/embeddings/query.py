@@ -7,8 +7,9 @@ user runs full-text-only). Search, tools, people and context all go through it.
 API key (``shared.apikeys.lookup_key``); the resolver then reads nothing more.
 
 A query embedding that fails is not an error for a read: Nova 3.2 says search
-then runs full-text-only, so :func:`embed_query` returns None and logs, and
-:func:`user_embedder` hands back an :class:`Unavailable` embedder whose calls
+then runs full-text-only, so :func:`embed_query` answers a :class:`QueryVector`
+without a vector and with a warning, :func:`user_query_vector` returns None and
+logs, and :func:`user_embedder` hands back an :class:`Unavailable` embedder whose calls
 raise ``ProviderUnavailable`` so callers can degrade with a warning.
 
 A user's HTTP endpoint that hangs must not hold a search or ``remember`` for the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import asyncpg
@@ -30,7 +32,8 @@ from shared.embeddings import DimensionTooLarge, Embedder, fit_to_column, resolv
 from shared.embeddings.guard import GuardedEmbedder, default_guards
 from shared.embeddings.local import LocalEmbedder
 from shared.embeddings.user_settings import Stored, as_embedding_settings
-from shared.errors import EngramError, ProviderUnavailable
+from shared.errors import EngramError, InfrastructureError, ProviderUnavailable
+from shared.memory.vectors import ModelEmbedder
 from shared.settings import CommonSettings
 
 log = logging.getLogger(__name__)
@@ -103,7 +106,44 @@ async def user_embedder(
         return Unavailable(f"{type(exc).__name__}: {exc}")
 
 
-async def embed_query(
+@dataclass(frozen=True)
+class QueryVector:
+    """The query's vector (or None: full-text only) and why it is missing, if it failed."""
+
+    vector: list[float] | None
+    model: str | None
+    warning: str | None
+
+    @property
+    def retrieval(self) -> str:
+        return "hybrid" if self.vector is not None else "full_text"
+
+
+async def embed_query(embedder: ModelEmbedder | None, text: str, *, dim: int) -> QueryVector:
+    """The one way a query becomes a vector: a blank query or no embedder has none; a
+    short query on the local model is embedded on the loop (no thread hop); the vector
+    is zero-padded to the column (a longer one raises ``DimensionTooLarge``); a
+    provider failure becomes a warning, never an error."""
+    if embedder is None or not text.strip():
+        return QueryVector(None, None, None)
+    try:
+        vectors = None
+        if isinstance(embedder, LocalEmbedder) and len(text) <= INLINE_MAX_CHARS:
+            vectors = embedder.embed_now([text])  # on the loop: no thread hop
+        if vectors is None:
+            vectors = await embedder.embed([text])
+        [vector] = vectors
+        return QueryVector(fit_to_column(vector, dim), embedder.model, None)
+    except InfrastructureError as exc:
+        log.warning("embedding provider unavailable, using full-text search: %s", exc)
+        return QueryVector(
+            None,
+            None,
+            f"embedding provider unavailable ({exc}); results from full-text search only",
+        )
+
+
+async def user_query_vector(
     resolver: Resolver,
     pool: asyncpg.Pool,
     *,
@@ -116,16 +156,7 @@ async def embed_query(
     ``stored``: the user's settings row if this request already read it."""
     try:
         embedder = guarded(await resolver(pool, user_id, settings, stored=stored), settings)
-        if embedder is None:
-            return None
-        vectors = None
-        if isinstance(embedder, LocalEmbedder) and len(text) <= INLINE_MAX_CHARS:
-            vectors = embedder.embed_now([text])  # on the loop: no thread hop
-        if vectors is None:
-            vectors = await embedder.embed([text])
-        if not vectors:
-            return None
-        return fit_to_column(vectors[0], settings.embedding_dim)
+        return (await embed_query(embedder, text, dim=settings.embedding_dim)).vector
     except DimensionTooLarge as exc:
         log.warning("query vector cannot be compared: %s", exc)
         return None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter
 
-from services.query.embeddings.query import Resolver, embed_query
+from services.query.embeddings.query import Resolver, user_query_vector
 from services.query.memory.decisions import DecisionMetrics, Rewrite
 from services.query.ranking.memories import SearchParams, SearchResult, search
 from services.query.ranking.turns import MODES
@@ -72,7 +72,7 @@ class QueryState:
     async def query_vector(
         self, pool: asyncpg.Pool, *, user_id: str, text: str, stored: Stored | None = None
     ) -> list[float] | None:
-        return await embed_query(
+        return await user_query_vector(
             self.resolver, pool, user_id=user_id, settings=self.settings, text=text, stored=stored
         )
 

@@ -8,7 +8,6 @@ degrades to full-text search with a warning.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -16,46 +15,16 @@ from typing import Any
 
 import asyncpg
 
+from services.query.embeddings.query import QueryVector, embed_query
 from services.query.ranking.recall import MemoryHit, hit_json, is_member, search_memories
 from shared.db import Executor
-from shared.errors import InfrastructureError, InvalidRequest
+from shared.errors import InvalidRequest
 from shared.memory.people import Person, find_person, people_by_id
-from shared.memory.vectors import ModelEmbedder, fit
+from shared.memory.vectors import ModelEmbedder
 from shared.memory.writer import Chat
-
-log = logging.getLogger(__name__)
 
 MAX_QUERY = 2_000
 MAX_LIMIT = 100
-
-
-@dataclass(frozen=True)
-class QueryVector:
-    """The query's vector (or None: full-text only) and why it is missing, if it failed."""
-
-    vector: list[float] | None
-    model: str | None
-    warning: str | None
-
-    @property
-    def retrieval(self) -> str:
-        return "hybrid" if self.vector is not None else "full_text"
-
-
-async def embed_query(embedder: ModelEmbedder | None, text: str, *, dim: int) -> QueryVector:
-    """Embed one query; a provider failure becomes a warning, never an error."""
-    if embedder is None or not text.strip():
-        return QueryVector(None, None, None)
-    try:
-        [vector] = await embedder.embed([text])
-        return QueryVector(fit(vector, dim), embedder.model, None)
-    except InfrastructureError as exc:
-        log.warning("embedding provider unavailable, using full-text search: %s", exc)
-        return QueryVector(
-            None,
-            None,
-            f"embedding provider unavailable ({exc}); results from full-text search only",
-        )
 
 
 @dataclass(frozen=True)
