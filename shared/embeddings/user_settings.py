@@ -14,7 +14,7 @@ trip for both), handed over as :class:`Stored`. Precedence (Nova 3.1.3):
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
@@ -169,14 +169,27 @@ def _user_config(settings: EmbeddingSettings, row: Row) -> ProviderConfig:
     )
 
 
-def choose(settings: EmbeddingSettings, row: Row | None) -> ProviderConfig | None:
-    """The precedence rule on an already-read settings row."""
-    if row is not None and not row["enabled"]:
+def precedence(
+    settings: EmbeddingSettings, *, enabled: bool, user: Callable[[], ProviderConfig]
+) -> ProviderConfig | None:
+    """The precedence rule for a user who stored settings: turned off, none
+    (full-text-only); the user's own provider (``user()``) when the deployment has
+    none or lets users override it; else the deployment's."""
+    if not enabled:
         return None
     system = system_config(settings)
-    if row is not None and (system is None or settings.embedding_user_override):
-        return _user_config(settings, row)
+    if system is None or settings.embedding_user_override:
+        return user()
     return system
+
+
+def choose(settings: EmbeddingSettings, row: Row | None) -> ProviderConfig | None:
+    """The precedence rule on an already-read settings row (none stored: the deployment's)."""
+    if row is None:
+        return system_config(settings)
+    return precedence(
+        settings, enabled=bool(row["enabled"]), user=lambda: _user_config(settings, row)
+    )
 
 
 async def resolve_config(

@@ -18,20 +18,18 @@ from fastapi.responses import HTMLResponse
 from pydantic import SecretStr, ValidationError
 
 from services.query.api.deps import Pool, Pub, settings
+from services.query.embeddings import provider_change
 from services.query.ui.session import SameOrigin, ViewerDep
 from services.query.ui.web import render
 from shared.embeddings import (
-    ProviderConfig,
     ProviderSettingsIn,
     config_from_input,
     get_provider_settings,
     probe_endpoint,
-    put_provider_settings,
-    resolve_config,
 )
 from shared.embeddings.outbound import EndpointRefused
 from shared.embeddings.providers import system_config
-from shared.embeddings.rebuild import rebuild_count, rebuild_progress, start_rebuild
+from shared.embeddings.rebuild import rebuild_count, rebuild_progress
 from shared.embeddings.user_settings import as_embedding_settings, stored_api_key
 from shared.settings import CommonSettings
 
@@ -80,25 +78,6 @@ async def _form(request: Request) -> ProviderSettingsIn:
             where = ".".join(str(x) for x in err["loc"])
             messages.append(f"{where}: {err['msg']}" if where else err["msg"])
         raise FormError("; ".join(messages)) from exc
-
-
-def _effective_after(
-    settings: CommonSettings, new: ProviderSettingsIn, stored_key: SecretStr | None
-) -> ProviderConfig | None:
-    """What would be in effect once ``new`` is stored (the precedence of user_settings)."""
-    if not new.enabled:
-        return None
-    s = as_embedding_settings(settings)
-    system = system_config(s)
-    if system is None or s.embedding_user_override:
-        return config_from_input(new, stored_key=stored_key)
-    return system
-
-
-def _identity(config: ProviderConfig | None) -> tuple[Any, ...] | None:
-    if config is None:
-        return None
-    return (config.provider, config.model, config.endpoint_url, config.dimensions)
 
 
 @router.get("/settings", response_class=HTMLResponse)
@@ -150,41 +129,42 @@ async def save(request: Request, viewer: ViewerDep, pool: Pool, publisher: Pub) 
     form = await request.form()
     confirmed = form.get("confirm") == "1"
     untested_ok = form.get("untested") == "1"
-    before = await resolve_config(pool, viewer.user_id, s)
-    after = _effective_after(s, new, await stored_api_key(pool, viewer.user_id, s))
-    changed = after is not None and _identity(before) != _identity(after)
-    if changed and after is not None and after.endpoint_url and not untested_ok:
+    change = await provider_change.plan(pool, viewer.user_id, new, s)
+    if not untested_ok:
         # a new endpoint is tried before it is stored: one that fails is saved only when
         # the person says so (the vectors would all be errors until it works)
         try:
-            probe = await probe_endpoint(after, s)
+            probe = await provider_change.probe_new_endpoint(change, s)
         except EndpointRefused as exc:  # an address this deployment does not call
             return render(request, "_saved.html", {"error": str(exc)}, status_code=422)
-        if not probe.ok:
+        if probe is not None and not probe.ok:
             return render(request, "_untested.html", {"result": probe})
-    count = await rebuild_count(pool, viewer.user_id)
-    if changed and count.total > 0 and not confirmed:
+    if change.needs_confirmation and not confirmed:
         return render(
             request,
             "_confirm.html",
-            {"before": before, "after": after, "count": count, "untested": untested_ok},
+            {
+                "before": change.before,
+                "after": change.after,
+                "count": change.count,
+                "untested": untested_ok,
+            },
         )
     try:
-        saved = await put_provider_settings(pool, viewer.user_id, new, s)
+        applied = await provider_change.apply(
+            pool, publisher, viewer.user_id, new, s, change=change, start_rebuild_now=True
+        )
     except EndpointRefused as exc:
         return render(request, "_saved.html", {"error": str(exc)}, status_code=422)
-    rebuild = None
-    if changed and count.total > 0:
-        rebuild = await start_rebuild(pool, viewer.user_id, s, publisher=publisher)
     return render(
         request,
         "_saved.html",
         {
             "error": None,
-            "saved": saved,
-            "changed": changed,
-            "rebuild": rebuild,
-            "in_effect": after is not None and after.source == "user",
+            "saved": applied.saved,
+            "changed": change.rebuild_needed,
+            "rebuild": applied.rebuild,
+            "in_effect": change.after is not None and change.after.source == "user",
         },
     )
 

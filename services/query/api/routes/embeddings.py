@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from services.query.api.auth import UserId
 from services.query.api.deps import Pool, Pub, Settings
+from services.query.embeddings import provider_change
 from shared.embeddings import (
     ProbeResult,
     ProviderSettingsIn,
@@ -24,7 +25,6 @@ from shared.embeddings import (
     delete_provider_settings,
     get_provider_settings,
     probe_endpoint,
-    put_provider_settings,
     resolve_config,
 )
 from shared.embeddings.outbound import EndpointRefused
@@ -74,19 +74,16 @@ async def get_settings(user: UserId, pool: Pool, settings: Settings) -> Provider
     summary="Store the caller's provider (API key encrypted); says whether a rebuild is needed",
 )
 async def put_settings(
-    body: ProviderSettingsIn, user: UserId, pool: Pool, settings: Settings
+    body: ProviderSettingsIn, user: UserId, pool: Pool, publisher: Pub, settings: Settings
 ) -> SavedSettings:
-    s = settings
-    before = await resolve_config(pool, user, s)
-    saved = await _endpoint_checked(put_provider_settings(pool, user, body, s))
-    after = await resolve_config(pool, user, s)
-    changed = after is not None and (
-        before is None
-        or (before.provider, before.model, before.endpoint_url, before.dimensions)
-        != (after.provider, after.model, after.endpoint_url, after.dimensions)
+    change = await provider_change.plan(pool, user, body, settings)
+    applied = await _endpoint_checked(
+        provider_change.apply(
+            pool, publisher, user, body, settings, change=change, start_rebuild_now=False
+        )
     )
     return SavedSettings(
-        settings=saved, rebuild_needed=changed, rebuild=await rebuild_count(pool, user)
+        settings=applied.saved, rebuild_needed=change.rebuild_needed, rebuild=change.count
     )
 
 
