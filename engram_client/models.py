@@ -27,7 +27,7 @@ class MemoryHit(Model):
     id: str
     content_snippet: str
     type: str
-    theme: str
+    theme: str | None = None
     score: float
     created_at: str
 

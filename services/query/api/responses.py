@@ -372,8 +372,10 @@ class ResolvedPersonOut(Out):
 
 
 class ToolSchemasOut(Out):
-    openai: list[dict[str, Any]] | None = None
-    anthropic: list[dict[str, Any]] | None = None
+    """The formats asked for (``format``); the others are left out, never null."""
+
+    openai: list[dict[str, Any]] = Field(default_factory=list)
+    anthropic: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ToolCallOut(Out):
