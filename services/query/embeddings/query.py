@@ -133,7 +133,8 @@ async def embed_query(embedder: ModelEmbedder | None, text: str, *, dim: int) ->
         if vectors is None:
             vectors = await embedder.embed([text])
         [vector] = vectors
-        return QueryVector(fit_to_column(vector, dim), embedder.model, None)
+        # a test double may not name its model; only recall and context read it
+        return QueryVector(fit_to_column(vector, dim), getattr(embedder, "model", None), None)
     except InfrastructureError as exc:
         log.warning("embedding provider unavailable, using full-text search: %s", exc)
         return QueryVector(
