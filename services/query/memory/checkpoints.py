@@ -8,6 +8,7 @@ replaces its state (idempotent retries). Every statement is scoped by user.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -15,6 +16,49 @@ import asyncpg
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
 from shared.users import ensure_user
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    thread_id: str
+    checkpoint_id: str
+    parent_id: str | None
+    agent_id: str | None
+    step: int | None
+    state: Any
+    created_at: str
+    """ISO 8601, as stored."""
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> Checkpoint:
+        return cls(
+            thread_id=r["thread_id"],
+            checkpoint_id=r["checkpoint_id"],
+            parent_id=r["parent_id"],
+            agent_id=r["agent_id"],
+            step=r["step"],
+            state=r["state"],
+            created_at=r["created_at"].isoformat(),
+        )
+
+
+@dataclass(frozen=True)
+class Lineage:
+    lineage: list[Checkpoint]
+    """The checkpoint, its parent, its parent's parent ... up to the root."""
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    checkpoints: list[Checkpoint]
+    """Newest first."""
+
+
+@dataclass(frozen=True)
+class ThreadDeleted:
+    thread_id: str
+    deleted: int
+
 
 MAX_STEP = 2**31 - 1
 """The highest checkpoint step (the column is a PostgreSQL integer)."""
@@ -71,7 +115,7 @@ async def save(
     parent_id: str | None = None,
     agent_id: str | None = None,
     step: int | None = None,
-) -> dict[str, Any]:
+) -> Checkpoint:
     """Save ``state`` as a checkpoint of the thread; the parent defaults to its latest."""
     wanted_parent, wanted_id, wanted_step = parent_id, checkpoint_id, step
     async with pool.acquire() as conn, conn.transaction():
@@ -110,33 +154,35 @@ async def save(
             entity_id=f"{thread_id}/{checkpoint_id}",
             actor="api",
         )
-    return checkpoint_dict(row)
+    return Checkpoint.of(row)
 
 
-async def latest(pool: asyncpg.Pool, *, user_id: str, thread_id: str) -> dict[str, Any]:
+async def latest(pool: asyncpg.Pool, *, user_id: str, thread_id: str) -> Checkpoint:
     row = await pool.fetchrow(LATEST, user_id, thread_id)
     if row is None:
         raise NotFound(f"thread {thread_id!r} has no checkpoint")
-    return checkpoint_dict(row)
+    return Checkpoint.of(row)
 
 
 async def lineage(
     pool: asyncpg.Pool, *, user_id: str, thread_id: str, checkpoint_id: str
-) -> list[dict[str, Any]]:
+) -> Lineage:
     """The checkpoint, its parent, its parent's parent ... up to the root."""
     rows = await pool.fetch(LINEAGE, user_id, thread_id, checkpoint_id)
     if not rows:
         raise NotFound(f"no checkpoint {checkpoint_id!r} in thread {thread_id!r}")
-    return [checkpoint_dict(r) for r in rows]
+    return Lineage([Checkpoint.of(r) for r in rows])
 
 
 async def list_thread(
     pool: asyncpg.Pool, *, user_id: str, thread_id: str, limit: int
-) -> list[dict[str, Any]]:
-    return [checkpoint_dict(r) for r in await pool.fetch(LIST, user_id, thread_id, limit)]
+) -> Checkpoints:
+    return Checkpoints(
+        [Checkpoint.of(r) for r in await pool.fetch(LIST, user_id, thread_id, limit)]
+    )
 
 
-async def delete_thread(pool: asyncpg.Pool, *, user_id: str, thread_id: str) -> dict[str, Any]:
+async def delete_thread(pool: asyncpg.Pool, *, user_id: str, thread_id: str) -> ThreadDeleted:
     async with pool.acquire() as conn, conn.transaction():
         status = await conn.execute(DELETE_THREAD, user_id, thread_id)
         deleted = int(status.split()[-1])
@@ -151,16 +197,4 @@ async def delete_thread(pool: asyncpg.Pool, *, user_id: str, thread_id: str) -> 
             actor="api",
             details={"deleted": deleted},
         )
-    return {"thread_id": thread_id, "deleted": deleted}
-
-
-def checkpoint_dict(r: asyncpg.Record) -> dict[str, Any]:
-    return {
-        "thread_id": r["thread_id"],
-        "checkpoint_id": r["checkpoint_id"],
-        "parent_id": r["parent_id"],
-        "agent_id": r["agent_id"],
-        "step": r["step"],
-        "state": r["state"],
-        "created_at": r["created_at"].isoformat(),
-    }
+    return ThreadDeleted(thread_id=thread_id, deleted=deleted)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
@@ -21,14 +21,12 @@ Thread = Annotated[str, Path(min_length=1, max_length=255)]
     summary="Save a checkpoint (parent defaults to the thread's latest)",
     response_model=R.CheckpointOut,
 )
-async def save(
-    thread_id: Thread, body: CheckpointIn, user_id: UserId, pool: Pool
-) -> dict[str, Any]:
+async def save(thread_id: Thread, body: CheckpointIn, user_id: UserId, pool: Pool) -> cs.Checkpoint:
     return await cs.save(pool, user_id=user_id, thread_id=thread_id, **body.model_dump())
 
 
 @router.get("/latest", summary="The thread's newest checkpoint", response_model=R.CheckpointOut)
-async def latest(thread_id: Thread, user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def latest(thread_id: Thread, user_id: UserId, pool: Pool) -> cs.Checkpoint:
     return await cs.latest(pool, user_id=user_id, thread_id=thread_id)
 
 
@@ -37,25 +35,17 @@ async def latest(thread_id: Thread, user_id: UserId, pool: Pool) -> dict[str, An
     summary="A checkpoint and its ancestors, newest first",
     response_model=R.LineageOut,
 )
-async def lineage(
-    thread_id: Thread, checkpoint_id: str, user_id: UserId, pool: Pool
-) -> dict[str, Any]:
-    return {
-        "lineage": await cs.lineage(
-            pool, user_id=user_id, thread_id=thread_id, checkpoint_id=checkpoint_id
-        )
-    }
+async def lineage(thread_id: Thread, checkpoint_id: str, user_id: UserId, pool: Pool) -> cs.Lineage:
+    return await cs.lineage(pool, user_id=user_id, thread_id=thread_id, checkpoint_id=checkpoint_id)
 
 
 @router.get("", summary="The thread's checkpoints, newest first", response_model=R.CheckpointsOut)
 async def list_(
     thread_id: Thread, user_id: UserId, pool: Pool, limit: Annotated[int, Query(ge=1, le=500)] = 100
-) -> dict[str, Any]:
-    return {
-        "checkpoints": await cs.list_thread(pool, user_id=user_id, thread_id=thread_id, limit=limit)
-    }
+) -> cs.Checkpoints:
+    return await cs.list_thread(pool, user_id=user_id, thread_id=thread_id, limit=limit)
 
 
 @router.delete("", summary="Delete the thread's checkpoints", response_model=R.ThreadDeletedOut)
-async def delete(thread_id: Thread, user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def delete(thread_id: Thread, user_id: UserId, pool: Pool) -> cs.ThreadDeleted:
     return await cs.delete_thread(pool, user_id=user_id, thread_id=thread_id)
