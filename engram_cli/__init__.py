@@ -20,6 +20,7 @@ COMMANDS = [
     "engram_cli.keys",
     "engram_cli.users",
     "engram_cli.mcp",
+    "engram_cli.archive",
 ]
 
 

@@ -19,6 +19,7 @@ from services.query.embedding import Resolver, default_resolver, embed_query
 from services.query.facts_service import has_trigram
 from services.query.mcp.http import mount as mount_mcp
 from services.query.routes import routers
+from services.query.routes.archive import IMPORT_PATH
 from services.query.settings import QuerySettings
 from services.query.state import QueryState
 from services.query.supersede import register as register_supersession
@@ -68,7 +69,11 @@ def create_app(
     faults.install(app)
     _install_metrics(app, rt)
     mount_mcp(app, rt, max_body_bytes=settings.max_request_bytes)
-    edges.install(app, max_request_bytes=settings.max_request_bytes)
+    edges.install(
+        app,
+        max_request_bytes=settings.max_request_bytes,
+        per_path={IMPORT_PATH: (settings.max_import_bytes, "ENGRAM_MAX_IMPORT_BYTES")},
+    )
     return app
 
 

@@ -29,3 +29,9 @@ class QuerySettings(LLMSettings, EmbeddingSettings):
         ge=1_000,
         description="largest request body the API accepts (bytes); larger ones get 413",
     )
+    max_import_bytes: int = Field(
+        default=256_000_000,
+        ge=1_000,
+        description="largest archive POST /v1/me/import accepts (bytes); larger ones get 413 "
+        "(engram import on the command line has no limit)",
+    )
