@@ -55,6 +55,9 @@ NOT_EXPORTED: dict[str, str] = {
     "vector_index_users": "derived: the embedder lists a big user for the HNSW index again",
     "embedding_rebuilds": "operational: the import starts its own re-embedding",
     "episode_closes": "transient: an episode close waiting for its turns inside ingest",
+    "webhook_subscriptions": "secrets: a deployment's subscriptions are made on it anew",
+    "webhook_events": "operational: the outbox of this deployment's deliveries",
+    "webhook_deliveries": "operational: the outbox of this deployment's deliveries",
 }
 
 EMBEDDING_COLUMNS = frozenset(

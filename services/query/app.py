@@ -23,6 +23,7 @@ from services.query.routes.archive import IMPORT_PATH
 from services.query.settings import QuerySettings
 from services.query.state import QueryState
 from services.query.supersede import register as register_supersession
+from services.query.webhooks.sender import Sender
 from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
 from shared.llm.jobs import build_extractor
@@ -51,6 +52,7 @@ def create_app(
         state.trigram = await has_trigram(rt.pool)
 
     rt.on_start.append(read_trigram)
+    _webhook_sender(rt, settings)
     rpc.register(rt, state)
     # Swagger UI and ReDoc from the service's own files: /docs works offline
     app = FastAPIOffline(
@@ -75,6 +77,24 @@ def create_app(
         per_path={IMPORT_PATH: (settings.max_import_bytes, "ENGRAM_MAX_IMPORT_BYTES")},
     )
     return app
+
+
+def _webhook_sender(rt: Runtime, settings: QuerySettings) -> None:
+    """The webhook sender runs in every query process (they share the work)."""
+    sender = Sender(settings, rt.metrics.registry)
+
+    async def deliver() -> None:
+        await sender.run(rt.pool)
+
+    async def prune() -> None:
+        await sender.prune(rt.pool)
+
+    async def close(_: Runtime) -> None:
+        await sender.close()
+
+    rt.every(settings.webhook_poll_ms / 1000, deliver)
+    rt.every(3600, prune)
+    rt.on_stop.append(close)
 
 
 def _decision_rewriter(settings: QuerySettings, rt: Runtime) -> Rewrite | None:

@@ -23,6 +23,7 @@ ROUTER_MODULES = [
     "services.query.routes.people",
     "services.query.routes.context",
     "services.query.routes.archive",
+    "services.query.routes.webhooks",
     "services.query.ui",
 ]
 
