@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Imported here, not at the package's import: ``engram_cli.embedded`` and the
     # other helpers stay light for the tests and the bench that import them.
     from engram_cli import (
+        archive,
         embeddings,
         inspect,
         keys,
@@ -29,7 +30,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engram", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     # in help order
-    for command in (run, migrate, publish, inspect, embeddings, keys, users, mcp, structure):
+    for command in (
+        run,
+        migrate,
+        publish,
+        inspect,
+        embeddings,
+        keys,
+        users,
+        mcp,
+        archive,
+        structure,
+    ):
         command.add_parser(sub)
     return parser
 

@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from services.query import ui
 from services.query.api import edges, faults
 from services.query.api.routes import routers
+from services.query.api.routes.archive import IMPORT_PATH
 from services.query.context.theme_hints import HintCache
 from services.query.embeddings.query import Resolver, default_resolver, user_query_vector
 from services.query.mcp.http import mount as mount_mcp
@@ -24,6 +25,7 @@ from services.query.memory.state import QueryState
 from services.query.memory.supersede import register as register_supersession
 from services.query.rpc import search as rpc
 from services.query.settings import QuerySettings
+from services.query.webhooks.sender import Sender
 from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
 from shared.llm.jobs import build_extractor
@@ -52,6 +54,7 @@ def create_app(
         state.trigram = await has_trigram(rt.pool)
 
     rt.on_start.append(read_trigram)
+    _webhook_sender(rt, settings)
     rpc.register(rt, state)
     # Swagger UI and ReDoc from the service's own files: /docs works offline
     app = FastAPIOffline(
@@ -70,8 +73,30 @@ def create_app(
     faults.install(app)
     _install_metrics(app, rt)
     mount_mcp(app, rt, max_body_bytes=settings.max_request_bytes)
-    edges.install(app, max_request_bytes=settings.max_request_bytes)
+    edges.install(
+        app,
+        max_request_bytes=settings.max_request_bytes,
+        per_path={IMPORT_PATH: (settings.max_import_bytes, "ENGRAM_MAX_IMPORT_BYTES")},
+    )
     return app
+
+
+def _webhook_sender(rt: Runtime, settings: QuerySettings) -> None:
+    """The webhook sender runs in every query process (they share the work)."""
+    sender = Sender(settings, rt.metrics.registry)
+
+    async def deliver() -> None:
+        await sender.run(rt.pool)
+
+    async def prune() -> None:
+        await sender.prune(rt.pool)
+
+    async def close(_: Runtime) -> None:
+        await sender.close()
+
+    rt.every(settings.webhook_poll_ms / 1000, deliver)
+    rt.every(3600, prune)
+    rt.on_stop.append(close)
 
 
 def _decision_rewriter(settings: QuerySettings, rt: Runtime) -> Rewrite | None:

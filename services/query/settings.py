@@ -29,3 +29,32 @@ class QuerySettings(LLMSettings, EmbeddingSettings):
         ge=1_000,
         description="largest request body the API accepts (bytes); larger ones get 413",
     )
+    max_import_bytes: int = Field(
+        default=256_000_000,
+        ge=1_000,
+        description="largest archive POST /v1/me/import accepts (bytes); larger ones get 413 "
+        "(engram import on the command line has no limit)",
+    )
+    webhook_endpoint_allow: str = Field(
+        default="",
+        description="what webhook URLs may point at beyond public addresses: networks, host "
+        "names, or * (the same rule and syntax as ENGRAM_EMBEDDING_ENDPOINT_ALLOW)",
+    )
+    webhook_poll_ms: int = Field(
+        default=200, ge=10, description="how often the sender looks for due deliveries"
+    )
+    webhook_timeout_s: float = Field(
+        default=10.0, gt=0, description="a receiver's time to answer one delivery"
+    )
+    webhook_max_attempts: int = Field(
+        default=12, ge=1, description="attempts before a delivery is dead (replayable)"
+    )
+    webhook_backoff_s: float = Field(
+        default=1.0, gt=0, description="the first retry's delay; it doubles per attempt"
+    )
+    webhook_backoff_max_s: float = Field(
+        default=3600.0, gt=0, description="the longest delay between two attempts"
+    )
+    webhook_retention_days: int = Field(
+        default=7, ge=1, description="delivered events are kept this long, then pruned"
+    )

@@ -185,6 +185,30 @@ async def start_rebuild(
     return status
 
 
+async def reembed_rows(
+    pool: asyncpg.Pool,
+    user_id: str,
+    settings: CommonSettings,
+    ids: dict[EmbedKind, list[Any]],
+    *,
+    publisher: Publisher | None,
+) -> RebuildStatus | None:
+    """Rows written without a vector (an imported archive): embed them with the provider
+    now in effect, tracked as the user's rebuild so its progress shows where a rebuild's
+    does (``rebuild_progress``, ``GET /v1/embeddings/rebuild``). With a publisher the
+    embedder service does the work; without one the caller runs ``embed_missing``.
+
+    None when embeddings are off for the user (the rows stay full-text only)."""
+    config = await resolve_config(pool, user_id, settings)
+    if config is None:
+        return None
+    total = sum(len(v) for v in ids.values())
+    await pool.execute(RECORD_REBUILD, user_id, config.provider, config.model, total)
+    if publisher is not None and total:
+        await request_embeddings(publisher, user_id, ids, reason="backfill")
+    return await rebuild_progress(pool, user_id)
+
+
 async def request_embeddings(
     publisher: Publisher,
     user_id: str,

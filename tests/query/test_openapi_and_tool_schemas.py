@@ -23,6 +23,8 @@ def _described(response: dict) -> bool:
             return True
         if ctype.startswith("text/") and schema.get("type") == "string":
             return True
+        if ctype == "application/zip" and schema.get("format") == "binary":
+            return True
     return False
 
 

@@ -44,35 +44,47 @@ class _TooLarge(Exception):
     pass
 
 
-def _too_large(limit: int) -> JSONResponse:
+def _too_large(limit: int, setting: str = "ENGRAM_MAX_REQUEST_BYTES") -> JSONResponse:
     return JSONResponse(
         {
             "error": "payload_too_large",
-            "detail": f"request body is over the limit of {limit} bytes (ENGRAM_MAX_REQUEST_BYTES)",
+            "detail": f"request body is over the limit of {limit} bytes ({setting})",
         },
         status_code=413,
     )
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for a request body over ``max_bytes``."""
+    """ASGI middleware: 413 for a request body over ``max_bytes`` (or over the limit
+    ``per_path`` gives the exact path: an archive import is larger than a request)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, per_path: dict[str, tuple[int, str]] | None = None
+    ) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.default_bytes = max_bytes
+        self.per_path = per_path or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit, setting = self.per_path.get(
+            scope.get("path", ""), (self.default_bytes, "ENGRAM_MAX_REQUEST_BYTES")
+        )
+        await self._limited(scope, receive, send, limit, setting)
+
+    async def _limited(
+        self, scope: Scope, receive: Receive, send: Send, limit: int, setting: str
+    ) -> None:
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = 0
-                if declared > self.max_bytes:
-                    await _too_large(self.max_bytes)(scope, receive, send)
+                if declared > limit:
+                    await _too_large(limit, setting)(scope, receive, send)
                     return
         received = 0
         exceeded = False
@@ -83,7 +95,7 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     exceeded = True
                     raise _TooLarge
             return message
@@ -94,7 +106,7 @@ class BodyLimit:
             nonlocal replaced
             if exceeded and message["type"] == "http.response.start" and not replaced:
                 replaced = True
-                await _too_large(self.max_bytes)(scope, receive, send)
+                await _too_large(limit, setting)(scope, receive, send)
             if not replaced:
                 await send(message)
 
@@ -102,7 +114,7 @@ class BodyLimit:
             await self.app(scope, counted_receive, checked_send)
         except _TooLarge:
             if not replaced:
-                await _too_large(self.max_bytes)(scope, receive, send)
+                await _too_large(limit, setting)(scope, receive, send)
 
 
 def field_errors(errors: list[Any]) -> list[FieldError]:
@@ -189,8 +201,13 @@ def document_errors(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def install(app: FastAPI, *, max_request_bytes: int) -> None:
+def install(
+    app: FastAPI,
+    *,
+    max_request_bytes: int,
+    per_path: dict[str, tuple[int, str]] | None = None,
+) -> None:
     """Register the edges on ``app`` (after its routes are included)."""
     app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
+    app.add_middleware(BodyLimit, max_bytes=max_request_bytes, per_path=per_path)
     document_errors(app)

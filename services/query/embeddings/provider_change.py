@@ -70,7 +70,7 @@ async def plan(
     pool: asyncpg.Pool, user_id: str, new: ProviderSettingsIn, settings: CommonSettings
 ) -> ProviderChange:
     """What storing ``new`` for ``user_id`` would change; nothing is written."""
-    stored_key = await stored_api_key(pool, user_id, settings)
+    stored_key = await stored_api_key(pool, user_id, settings, new.endpoint_url)
     after = precedence(
         as_embedding_settings(settings),
         enabled=new.enabled,

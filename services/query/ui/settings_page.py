@@ -27,10 +27,10 @@ from shared.embeddings import (
     get_provider_settings,
     probe_endpoint,
 )
-from shared.embeddings.outbound import EndpointRefused
 from shared.embeddings.providers import system_config
 from shared.embeddings.rebuild import rebuild_count, rebuild_progress
 from shared.embeddings.user_settings import as_embedding_settings, stored_api_key
+from shared.outbound import EndpointRefused
 from shared.settings import CommonSettings
 
 router = APIRouter()
@@ -109,7 +109,8 @@ async def test_endpoint(request: Request, viewer: ViewerDep, pool: Pool) -> HTML
         new = await _form(request)
     except FormError as exc:
         return render(request, "_probe.html", {"error": str(exc), "result": None}, status_code=400)
-    config = config_from_input(new, stored_key=await stored_api_key(pool, viewer.user_id, s))
+    stored_key = await stored_api_key(pool, viewer.user_id, s, new.endpoint_url)
+    config = config_from_input(new, stored_key=stored_key)
     try:
         result = await probe_endpoint(config, s)
     except EndpointRefused as exc:

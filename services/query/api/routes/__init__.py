@@ -10,6 +10,7 @@ from fastapi import APIRouter
 
 from services.query.api.routes import (
     admin,
+    archive,
     checkpoints,
     context,
     decisions,
@@ -24,6 +25,7 @@ from services.query.api.routes import (
     people,
     tool_calls,
     users,
+    webhooks,
 )
 
 ROUTERS: tuple[APIRouter, ...] = (
@@ -42,6 +44,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     episodes.router,
     people.router,
     context.router,
+    archive.router,
+    webhooks.router,
 )
 
 
