@@ -134,7 +134,7 @@ def make_settings(infra: Infra) -> Callable[..., Any]:
             "ingest_port": free_port(),
             "embedder_port": free_port(),
             "extractor_port": free_port(),
-            # the scripted providers listen on loopback (shared/embeddings/outbound.py)
+            # the scripted providers listen on loopback (shared/outbound.py)
             "embedding_endpoint_allow": "127.0.0.0/8",
         }
         values.update(overrides)

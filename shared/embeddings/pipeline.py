@@ -11,7 +11,8 @@ texts per call, several users' rows in one call. For each call:
   tried again later with backoff (``embedding_retry_at``);
 - the provider refuses the input (4xx, a 500 that keeps coming, a malformed
   answer): the call is split to find the rows it refuses, which go to ``error``
-  with the provider's message; the others are stored.
+  with the kind of failure and its HTTP status (``shared.outbound.public_reason``),
+  never the provider's body, which is only logged; the others are stored.
 
 One user's slow endpoint never holds up another user's rows (``guard``): every
 call has a deadline (retries included) and goes through its endpoint's circuit;
@@ -42,6 +43,7 @@ from shared.embeddings.providers import ProviderConfig, ProviderRegistry
 from shared.embeddings.store import Row
 from shared.errors import ConfigError, ProviderError, ProviderUnavailable
 from shared.events import EmbedKind
+from shared.outbound import public_reason
 
 log = logging.getLogger(__name__)
 
@@ -220,9 +222,11 @@ async def _embed_chunk(
     started = time.perf_counter()
     try:
         vectors = await embedder.embed([it.row.text for it in todo])
-    except ProviderUnavailable as exc:
+    except (ProviderUnavailable, ConfigError) as exc:
+        # ConfigError: the outbound guard refused the address the name resolves to now
         obs.provider_call(config.provider, len(todo), time.perf_counter() - started, False)
-        outcome.add(await _defer(pool, todo, str(exc), options, obs, config.provider))
+        log.warning("%s %s: %s", config.provider, config.model, str(exc)[:300])
+        outcome.add(await _defer(pool, todo, public_reason(exc), options, obs, config.provider))
         return outcome
     except ProviderError as exc:
         obs.provider_call(config.provider, len(todo), time.perf_counter() - started, False)
@@ -232,7 +236,8 @@ async def _embed_chunk(
             for half in (todo[:mid], todo[mid:]):
                 outcome.add(await _embed_chunk(pool, half, embedder, config, options, obs))
             return outcome
-        outcome.add(await _store(pool, config, [], [], {todo[0]: str(exc)}, obs))
+        log.info("embedding refused (%s %s): %s", config.provider, config.model, str(exc)[:300])
+        outcome.add(await _store(pool, config, [], [], {todo[0]: public_reason(exc)}, obs))
         return outcome
     obs.provider_call(config.provider, len(todo), time.perf_counter() - started, True)
     fitted: list[Item] = []

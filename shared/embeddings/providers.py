@@ -13,6 +13,7 @@ from shared.embeddings.http import HttpEndpoint, HttpOptions, OllamaEmbedder, Op
 from shared.embeddings.local import LocalEmbedder
 from shared.embeddings.settings import EmbeddingSettings
 from shared.errors import ConfigError
+from shared.outbound import PinnedTransport
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,10 @@ def preload(settings: EmbeddingSettings) -> None:
 
 
 class ProviderRegistry:
-    """One long-lived HTTP endpoint (client + limits) per base URL; close it at shutdown."""
+    """One long-lived HTTP endpoint (client + limits) per base URL; close it at shutdown.
+
+    A user's endpoint is called through ``shared.outbound.PinnedTransport``: every
+    request checked against ``allow`` and sent to the address checked."""
 
     def __init__(
         self,
@@ -66,11 +70,13 @@ class ProviderRegistry:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         local_batch: int = 64,
+        allow: str = "",
     ) -> None:
         self.options = options or HttpOptions()
         self._transport = transport
         self._local_batch = local_batch
-        self._endpoints: dict[str, HttpEndpoint] = {}
+        self._allow = allow
+        self._endpoints: dict[tuple[str, bool], HttpEndpoint] = {}
 
     @classmethod
     def from_settings(
@@ -90,14 +96,19 @@ class ProviderRegistry:
             ),
             transport=transport,
             local_batch=settings.embedding_local_batch,
+            allow=settings.embedding_endpoint_allow,
         )
 
-    def endpoint(self, base_url: str) -> HttpEndpoint:
+    def endpoint(self, base_url: str, *, checked: bool = False) -> HttpEndpoint:
+        """The client of ``base_url``; ``checked``: a user's, through the outbound guard."""
         base = base_url.rstrip("/")
-        found = self._endpoints.get(base)
+        found = self._endpoints.get((base, checked))
         if found is None:
-            found = HttpEndpoint(base, options=self.options, transport=self._transport)
-            self._endpoints[base] = found
+            transport = self._transport
+            if checked:
+                transport = PinnedTransport(self._allow, transport)
+            found = HttpEndpoint(base, options=self.options, transport=transport)
+            self._endpoints[(base, checked)] = found
         return found
 
     def embedder(self, config: ProviderConfig) -> Embedder:
@@ -106,7 +117,7 @@ class ProviderRegistry:
         if not config.endpoint_url:
             raise ConfigError(f"the {config.provider} provider needs an endpoint URL")
         api_key = config.api_key.get_secret_value() if config.api_key else None
-        endpoint = self.endpoint(config.endpoint_url)
+        endpoint = self.endpoint(config.endpoint_url, checked=config.source == "user")
         if config.provider == "openai":
             return OpenAIEmbedder(
                 endpoint, model=config.model, api_key=api_key, dimensions=config.dimensions

@@ -26,7 +26,6 @@ from shared.db import Executor
 from shared.embeddings import crypto
 from shared.embeddings.base import Embedder
 from shared.embeddings.local import MODELS as LOCAL_MODELS
-from shared.embeddings.outbound import check_endpoint, public_reason
 from shared.embeddings.providers import (
     ProviderConfig,
     ProviderRegistry,
@@ -35,6 +34,7 @@ from shared.embeddings.providers import (
 )
 from shared.embeddings.settings import EmbeddingSettings
 from shared.errors import ConfigError, ProviderError
+from shared.outbound import check_endpoint, public_reason
 from shared.settings import CommonSettings
 
 COLUMNS = (
@@ -66,7 +66,11 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, now())
 ON CONFLICT (user_id) DO UPDATE SET
     enabled = EXCLUDED.enabled, provider = EXCLUDED.provider,
     endpoint_url = EXCLUDED.endpoint_url, model = EXCLUDED.model,
-    api_key_enc = CASE WHEN $8 THEN EXCLUDED.api_key_enc ELSE embedding_settings.api_key_enc END,
+    -- an omitted key is kept only for the same endpoint: never sent to a new URL
+    api_key_enc = CASE WHEN $8 THEN EXCLUDED.api_key_enc
+                       WHEN rtrim(embedding_settings.endpoint_url, '/')
+                            = rtrim(EXCLUDED.endpoint_url, '/')
+                       THEN embedding_settings.api_key_enc END,
     dimensions = EXCLUDED.dimensions, updated_at = now()
 """
 
@@ -74,7 +78,8 @@ DELETE_SETTINGS = "DELETE FROM embedding_settings WHERE user_id = $1"
 
 
 class ProviderSettingsIn(BaseModel):
-    """What a user may set. ``api_key``: omitted keeps the stored one, ``""`` removes it."""
+    """What a user may set. ``api_key``: omitted keeps the stored one while the
+    endpoint stays the same (a new endpoint_url drops it), ``""`` removes it."""
 
     enabled: bool = True
     provider: Literal["local", "openai", "ollama"]
@@ -209,7 +214,7 @@ async def allowed(
     config: ProviderConfig | None, settings: EmbeddingSettings
 ) -> ProviderConfig | None:
     """``config``, once its endpoint is one the server may call (a user's own endpoint is
-    checked, ``shared.embeddings.outbound``); raises ``EndpointRefused``."""
+    checked, ``shared.outbound``); raises ``EndpointRefused``."""
     if config is not None and config.source == "user" and config.endpoint_url:
         await check_endpoint(config.endpoint_url, settings.embedding_endpoint_allow)
     return config
@@ -351,9 +356,13 @@ def config_from_input(
 
 
 async def stored_api_key(
-    pool: asyncpg.Pool, user_id: str, settings: CommonSettings
+    pool: asyncpg.Pool, user_id: str, settings: CommonSettings, endpoint_url: str | None
 ) -> SecretStr | None:
+    """The user's stored key, only for the endpoint it was stored with (a test of
+    another URL never carries it there)."""
     row = await pool.fetchrow(GET_SETTINGS, user_id)
-    if row is None or not row["api_key_enc"]:
+    if row is None or not row["api_key_enc"] or not row["endpoint_url"] or not endpoint_url:
+        return None
+    if row["endpoint_url"].rstrip("/") != endpoint_url.rstrip("/"):
         return None
     return SecretStr(crypto.decrypt(as_embedding_settings(settings), bytes(row["api_key_enc"])))

@@ -57,7 +57,7 @@ async def ui_server(infra: Infra) -> AsyncIterator[UiServer]:
         "ENGRAM_EMBEDDING_PROVIDER": "none",
         "ENGRAM_SECRET_KEY": SECRET_KEY,
         "ENGRAM_EMBEDDING_RETRIES": "0",
-        # the scripted providers listen on loopback (shared/embeddings/outbound.py)
+        # the scripted providers listen on loopback (shared/outbound.py)
         "ENGRAM_EMBEDDING_ENDPOINT_ALLOW": "127.0.0.0/8",
     }
     proc = start_service("query", settings, **env)

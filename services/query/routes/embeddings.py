@@ -27,7 +27,6 @@ from shared.embeddings import (
     put_provider_settings,
     resolve_config,
 )
-from shared.embeddings.outbound import EndpointRefused
 from shared.embeddings.rebuild import (
     RebuildCount,
     RebuildStatus,
@@ -37,6 +36,7 @@ from shared.embeddings.rebuild import (
 )
 from shared.embeddings.user_settings import stored_api_key
 from shared.errors import InvalidRequest
+from shared.outbound import EndpointRefused
 
 router = APIRouter(prefix="/v1/embeddings", tags=["embeddings"])
 
@@ -106,7 +106,9 @@ async def test_provider(
 ) -> ProbeResult:
     s = settings
     if body is not None:
-        config = config_from_input(body, stored_key=await stored_api_key(pool, user, s))
+        config = config_from_input(
+            body, stored_key=await stored_api_key(pool, user, s, body.endpoint_url)
+        )
     else:
         found = await resolve_config(pool, user, s)
         if found is None:

@@ -29,10 +29,10 @@ from shared.embeddings import (
     put_provider_settings,
     resolve_config,
 )
-from shared.embeddings.outbound import EndpointRefused
 from shared.embeddings.providers import system_config
 from shared.embeddings.rebuild import rebuild_count, rebuild_progress, start_rebuild
 from shared.embeddings.user_settings import as_embedding_settings, stored_api_key
+from shared.outbound import EndpointRefused
 from shared.settings import CommonSettings
 
 router = APIRouter()
@@ -130,7 +130,8 @@ async def test_endpoint(request: Request, viewer: ViewerDep, pool: Pool) -> HTML
         new = await _form(request)
     except FormError as exc:
         return render(request, "_probe.html", {"error": str(exc), "result": None}, status_code=400)
-    config = config_from_input(new, stored_key=await stored_api_key(pool, viewer.user_id, s))
+    stored_key = await stored_api_key(pool, viewer.user_id, s, new.endpoint_url)
+    config = config_from_input(new, stored_key=stored_key)
     try:
         result = await probe_endpoint(config, s)
     except EndpointRefused as exc:
@@ -151,7 +152,9 @@ async def save(request: Request, viewer: ViewerDep, pool: Pool, publisher: Pub) 
     confirmed = form.get("confirm") == "1"
     untested_ok = form.get("untested") == "1"
     before = await resolve_config(pool, viewer.user_id, s)
-    after = _effective_after(s, new, await stored_api_key(pool, viewer.user_id, s))
+    after = _effective_after(
+        s, new, await stored_api_key(pool, viewer.user_id, s, new.endpoint_url)
+    )
     changed = after is not None and _identity(before) != _identity(after)
     if changed and after is not None and after.endpoint_url and not untested_ok:
         # a new endpoint is tried before it is stored: one that fails is saved only when
