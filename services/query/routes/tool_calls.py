@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from services.query import responses as R
 from services.query import toolbox
-from services.query.auth import UserId
+from services.query.auth import Caller, UserId
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"])
 
@@ -68,6 +68,7 @@ async def tool_context(request: Request, user_id: str) -> toolbox.ToolContext:
     response_model_exclude_unset=True,
 )
 async def tools(
+    _who: Caller,  # a key is needed (any user's or an admin's)
     format: Annotated[Literal["all", "openai", "anthropic"], Query()] = "all",
 ) -> dict[str, Any]:
     return toolbox.tool_schemas(format)
