@@ -219,7 +219,7 @@ async def run(settings: CommonSettings, args: argparse.Namespace) -> dict[str, A
     }
     results: dict[str, Any] = {}
     async with running(create_app(qs, resolver=resolver)) as client:
-        client.cookies.set("engram_key", secret, path="/ui")
+        await client.post("/ui/login", data={"key": secret})  # the session cookie
         for name, path in pages.items():
             params = {"after": deep} if "5,000" in name else None
             headers = {"HX-Request": "true"} if "fragment" in name else None

@@ -207,10 +207,49 @@ class EmbeddedPostgres:
                 time.sleep(0.2)
             raise InfrastructureError("embedded PostgreSQL did not come back after a restart")
 
+    def _postmaster(self) -> Any:
+        """The process serving this data directory now (whichever), or None."""
+        import psutil
+
+        try:
+            pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+            process = psutil.Process(pid)
+            if process.status() != psutil.STATUS_ZOMBIE:
+                return process
+        except (OSError, ValueError, IndexError, psutil.Error):
+            pass
+        return None
+
+    def running(self) -> bool:
+        """Is a PostgreSQL serving this data directory now (whichever process)?"""
+        return self._postmaster() is not None
+
+    def revive(self) -> None:
+        """Start the server of this data directory again (same socket, same URL)."""
+        server: Any = self._server
+        if server is None:
+            raise InfrastructureError("embedded PostgreSQL was never started")
+        with server._lock:
+            server.ensure_pgdata_inited()  # as root: the data directory's prefix traversable
+            server.ensure_postgres_running()
+
     def stop(self) -> None:
-        if self._server is not None:
-            self._server._cleanup()  # type: ignore[attr-defined]
+        server: Any = self._server
+        if server is not None:
+            server._cleanup()
             self._server = None
+            # the server of this data directory, whichever process it is now: one
+            # restarted since (by the supervisor, or by hand) is not the one _cleanup knows
+            import psutil
+
+            postmaster = self._postmaster()
+            if postmaster is not None:
+                postmaster.send_signal(signal.SIGINT)  # PostgreSQL's fast shutdown
+                try:
+                    postmaster.wait(60)
+                except psutil.TimeoutExpired:
+                    log.warning("embedded PostgreSQL did not stop in 60 s; killing it")
+                    postmaster.kill()
 
 
 def stack_file(settings: CommonSettings) -> Path:

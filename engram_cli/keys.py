@@ -60,8 +60,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     c.add_argument("--admin", action="store_true", help="an admin key (any user, global search)")
     c.add_argument("--name", help="a label")
     c.set_defaults(func=lambda a: asyncio.run(_create(a)))
-    r = ks.add_parser("revoke", help="revoke a key by its prefix")
-    r.add_argument("prefix")
+    r = ks.add_parser(
+        "revoke",
+        help="revoke a key by its prefix (a prefix two live keys share revokes none "
+        "and names them: then give the whole key)",
+    )
+    r.add_argument("prefix", help="the 8 hex characters after eg_, or the whole key")
     r.set_defaults(func=lambda a: asyncio.run(_revoke(a)))
     ls = ks.add_parser("list", help="list keys (prefixes only)")
     ls.set_defaults(func=lambda a: asyncio.run(_list(a)))

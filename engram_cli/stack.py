@@ -2,19 +2,25 @@
 
 ``engram run`` (and ``make run``) calls :func:`run_stack`: it starts embedded
 PostgreSQL and Redis unless URLs are configured, applies migrations, starts each
-service as its own process, prints where everything is, and on Ctrl-C (or
-SIGTERM) stops the services, then the servers.
+service as its own process, prints where everything is, and supervises them: a
+service, the embedded Redis or the embedded PostgreSQL that dies is started again
+after a backoff (1 s, doubled per death in a row up to 60 s; a run of 60 s resets
+it), with a line saying so. On Ctrl-C (or SIGTERM) it stops the services, then the
+servers: the PostgreSQL of its data directory whichever process it is now (one
+restarted by anyone included).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +51,38 @@ SERVICES = ["ingest", "embedder", "extractor", "query"]
 # statement). PostgreSQL's default visits each database once a minute.
 PG_CONFIG = {"autovacuum_naptime": "5s"}
 
+BACKOFF_S = 1.0  # first restart of something that died; doubled per death in a row
+MAX_BACKOFF_S = 60.0
+STABLE_S = 60.0  # running this long resets the backoff
+
+
+@dataclass
+class Restarts:
+    """The supervisor's memory of one child: deaths in a row, when to start it again."""
+
+    deaths: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    due: float | None = None  # it died: start it again at this monotonic time
+
+    def died(self, what: str, how: str) -> None:
+        if time.monotonic() - self.started_at >= STABLE_S:
+            self.deaths = 0
+        delay = min(BACKOFF_S * 2**self.deaths, MAX_BACKOFF_S)
+        self.deaths += 1
+        self.due = time.monotonic() + delay
+        print(
+            f"{what} {how}; restarting it in {delay:.0f} s (death {self.deaths} in a row)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def restart_now(self) -> bool:
+        return self.due is not None and time.monotonic() >= self.due
+
+    def restarted(self) -> None:
+        self.due = None
+        self.started_at = time.monotonic()
+
 
 @dataclass
 class Stack:
@@ -55,6 +93,7 @@ class Stack:
     database_url: str = ""
     redis_url: str = ""
     quiet: bool = True
+    restarts: dict[str, Restarts] = field(default_factory=dict)
 
     def start_servers(self) -> None:
         """Start what is not configured by URL, apply migrations; one line each."""
@@ -112,6 +151,47 @@ class Stack:
                 cwd=root,
                 preexec_fn=detached,
             )
+
+    def supervise(self) -> None:
+        """One look at every child: note what died, start again what is due."""
+
+        def gone(code: int | None) -> str | None:
+            return None if code is None else f"exited with code {code}"
+
+        # (what, how it ended or None while it runs, how to start it again)
+        watched: list[tuple[str, str | None, Callable[[], object]]] = [
+            (f"service {name}", gone(proc.poll()), functools.partial(self.start_services, [name]))
+            for name, proc in self.processes.items()
+        ]
+        if self.redis is not None and self.redis.process is not None:
+            redis, proc = self.redis, self.redis.process
+            watched.append(
+                ("Redis", gone(proc.poll()), functools.partial(redis.start, detach=True))
+            )
+        if self.postgres is not None:
+            ended = None if self.postgres.running() else "is gone"
+            watched.append(("PostgreSQL", ended, self.postgres.revive))
+        for what, ended, start in watched:
+            state = self.restarts.setdefault(what, Restarts())
+            if ended is None and state.due is None:
+                continue
+            if ended is None:  # it came back by itself (PostgreSQL restarted by hand)
+                state.restarted()
+            elif state.due is None:
+                state.died(what, ended)
+            elif state.restart_now():
+                try:
+                    start()
+                except (
+                    InfrastructureError,
+                    ConfigError,
+                    OSError,
+                    subprocess.SubprocessError,
+                ) as exc:
+                    state.died(what, f"did not start again ({exc})")
+                    continue
+                state.restarted()
+                print(f"{what} started again", file=sys.stderr, flush=True)
 
     def port(self, name: str) -> int:
         return int(getattr(self.settings, f"{name}_port"))
@@ -188,13 +268,7 @@ def run_stack(
         print("  publish    .venv/bin/engram publish FILE.jsonl   (or: make publish FILE=...)\n")
         sys.stdout.flush()
         while not stopping:
-            for name, proc in stack.processes.items():
-                if proc.poll() is not None:
-                    print(
-                        f"service {name} exited with code {proc.returncode}; stopping",
-                        file=sys.stderr,
-                    )
-                    stopping = True
+            stack.supervise()
             time.sleep(0.3)
         return 0
     finally:

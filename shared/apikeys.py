@@ -7,8 +7,11 @@ may act for any user or search across users.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import secrets
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -18,7 +21,7 @@ from shared.db import Executor, audit
 from shared.embeddings.user_settings import COLUMNS as SETTINGS_COLUMNS
 from shared.embeddings.user_settings import Stored
 from shared.erasure import refuse_erased
-from shared.errors import NotFound
+from shared.errors import InvalidRequest, NotFound
 from shared.users import ensure_user
 
 KEY_PREFIX = "eg_"
@@ -83,18 +86,56 @@ async def create_key(
 
 # The key and its user's embedding settings in one statement: a search needs both, and
 # a second round trip was ~0.1 ms of wall on a quiet machine, milliseconds on a busy one.
-LOOKUP = f"""
+_LOOKUP = f"""
 SELECT k.id, k.user_id, k.is_admin, k.prefix, k.name, s.user_id IS NOT NULL AS has_settings,
        {", ".join(f"s.{c}" for c in SETTINGS_COLUMNS)}
 FROM api_keys k LEFT JOIN embedding_settings s ON s.user_id = k.user_id
-WHERE k.key_hash = $1 AND k.revoked_at IS NULL
+WHERE k.revoked_at IS NULL AND
 """
+LOOKUP = _LOOKUP + " k.key_hash = $1"
+LOOKUP_ID = _LOOKUP + " k.id = $1"
 
 
 async def lookup_key(conn: Executor, secret: str) -> ApiKey | None:
     """The live key with this secret, or None (unknown or revoked); a user key comes
     with its user's embedding settings as they are now."""
-    row = await conn.fetchrow(LOOKUP, hash_key(secret))
+    return _key(await conn.fetchrow(LOOKUP, hash_key(secret)))
+
+
+SESSION_VERSION = "s1"
+
+
+def session_token(key: ApiKey, signing_key: bytes, lifetime_s: float) -> str:
+    """A browser session for ``key``: its id and an expiry, signed (HMAC-SHA256). It
+    is not the key: ``lookup_key`` (the API, MCP) never accepts it, and it stops
+    working at its expiry or when the key is revoked."""
+    body = f"{SESSION_VERSION}.{key.id.hex}.{int(time.time() + lifetime_s)}"
+    return f"{body}.{_sign(signing_key, body)}"
+
+
+async def lookup_session(conn: Executor, token: str, signing_key: bytes) -> ApiKey | None:
+    """The live key of a browser session token, or None (forged, expired, revoked)."""
+    body, _, signature = token.rpartition(".")
+    parts = body.split(".")
+    if len(parts) != 3 or parts[0] != SESSION_VERSION:
+        return None
+    if not hmac.compare_digest(signature, _sign(signing_key, body)):
+        return None
+    try:
+        key_id, expires = uuid.UUID(hex=parts[1]), int(parts[2])
+    except ValueError:
+        return None
+    if expires < time.time():
+        return None
+    return _key(await conn.fetchrow(LOOKUP_ID, key_id))
+
+
+def _sign(signing_key: bytes, body: str) -> str:
+    digest = hmac.new(signing_key, body.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def _key(row: asyncpg.Record | None) -> ApiKey | None:
     if row is None:
         return None
     stored = None
@@ -104,17 +145,44 @@ async def lookup_key(conn: Executor, secret: str) -> ApiKey | None:
 
 
 async def revoke_key(conn: Executor, prefix: str) -> ApiKey:
-    """Revoke the key with this prefix (the 8 hex characters after ``eg_``)."""
+    """Revoke the key with this prefix (the 8 hex characters after ``eg_``, or the
+    whole key). A prefix that more than one live key has (they are random, so it
+    happens) revokes none and names them: revoke by the whole key instead."""
+    short = prefix.removeprefix(KEY_PREFIX).split("_")[0]
+    whole = prefix.startswith(KEY_PREFIX) and prefix.count("_") >= 2
+    live = await conn.fetch(
+        """
+        SELECT id, user_id, is_admin, name, created_at FROM api_keys
+        WHERE revoked_at IS NULL AND (CASE WHEN $2::text IS NULL THEN prefix = $1
+                                           ELSE key_hash = $2 END)
+        ORDER BY created_at
+        """,
+        short,
+        hash_key(prefix) if whole else None,
+    )
+    if not live:
+        raise NotFound(f"no live key with prefix {short!r}")
+    if len(live) > 1:
+        named = "; ".join(
+            ("admin" if r["is_admin"] else f"user {r['user_id']!r}")
+            + (f", {r['name']!r}" if r["name"] else "")
+            + f", created {r['created_at']:%Y-%m-%d %H:%M}"
+            for r in live
+        )
+        raise InvalidRequest(
+            f"{len(live)} live keys have the prefix {short!r} ({named}); none revoked: "
+            "give the whole key"
+        )
     row = await conn.fetchrow(
         """
         UPDATE api_keys SET revoked_at = now()
-        WHERE prefix = $1 AND revoked_at IS NULL
+        WHERE id = $1 AND revoked_at IS NULL
         RETURNING id, user_id, is_admin, prefix, name
         """,
-        prefix.removeprefix(KEY_PREFIX).split("_")[0],
+        live[0]["id"],
     )
     if row is None:
-        raise NotFound(f"no live key with prefix {prefix!r}")
+        raise NotFound(f"no live key with prefix {short!r}")
     await audit(
         conn,
         user_id=row["user_id"],

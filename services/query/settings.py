@@ -22,7 +22,14 @@ class QuerySettings(LLMSettings, EmbeddingSettings):
         "not wait for it (/health answers once it is loaded)",
     )
     cookie_secure: bool = Field(
-        default=False, description="mark the browser's key cookie Secure (set true behind HTTPS)"
+        default=False,
+        description="mark the browser's session cookie Secure (set true behind HTTPS)",
+    )
+    ui_session_hours: float = Field(
+        default=12.0,
+        gt=0,
+        le=24 * 30,
+        description="a browser login lasts this long (a signed session, not the key)",
     )
     max_request_bytes: int = Field(
         default=1_000_000,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -57,6 +58,16 @@ def cipher(settings: EmbeddingSettings) -> Fernet:
     if settings.secret_key is not None:
         return _fernet(_fernet_key(settings.secret_key.get_secret_value()))
     return _fernet(_key_from_file(settings.data_dir))
+
+
+def signing_key(settings: EmbeddingSettings, purpose: str) -> bytes:
+    """A key for signing ``purpose``'s tokens (e.g. the browser's sessions), derived
+    from the same secret, so every process sharing it verifies what another signed."""
+    if settings.secret_key is not None:
+        material = _fernet_key(settings.secret_key.get_secret_value())
+    else:
+        material = _key_from_file(settings.data_dir)
+    return hmac.new(material, purpose.encode(), hashlib.sha256).digest()
 
 
 def encrypt(settings: EmbeddingSettings, plaintext: str) -> bytes:

@@ -12,7 +12,8 @@ import pytest
 
 from services.query.app import create_app
 from services.query.settings import QuerySettings
-from shared.apikeys import create_key
+from shared.apikeys import create_key, revoke_key, session_token
+from shared.embeddings.crypto import signing_key
 from shared.memory.writer import NewItem, insert_items
 from tests.browser.seed import EMBED_ERROR, Seeded, seed_user
 from tests.query.helpers import resolver_for
@@ -65,7 +66,7 @@ async def test_pages_redirect_to_login_without_a_key(client: httpx.AsyncClient) 
 async def test_a_wrong_key_is_refused_with_a_message(client: httpx.AsyncClient) -> None:
     r = await client.post("/ui/login", data={"key": "eg_nope_nope"})
     assert r.status_code == 401 and "Unknown or revoked API key" in r.text
-    assert "engram_key" not in r.headers.get("set-cookie", "")
+    assert "engram_session" not in r.headers.get("set-cookie", "")
 
 
 async def test_login_sets_a_strict_http_only_cookie_scoped_to_the_ui(
@@ -79,6 +80,54 @@ async def test_login_sets_a_strict_http_only_cookie_scoped_to_the_ui(
     assert "Secure" not in cookie  # cookie_secure is off in tests
     r = await client.post("/ui/logout")
     assert r.status_code == 303
+    assert (await client.get("/ui/")).status_code == 303
+
+
+async def test_the_cookie_holds_a_bounded_session_not_the_key(
+    make_settings: Callable[..., Any], pool: asyncpg.Pool, user_id: str
+) -> None:
+    """Issue 29.14: the cookie is a signed session for the browser only; /v1 and /mcp
+    refuse it; it ends at its expiry, when forged, and when the key is revoked."""
+    s = make_settings(QuerySettings)
+    async with running(create_app(s, resolver=resolver_for(None))) as client:
+        await _session_checks(client, pool, user_id, signing_key(s, "ui-session"))
+
+
+async def _session_checks(
+    client: httpx.AsyncClient, pool: asyncpg.Pool, user_id: str, signing: bytes
+) -> None:
+    key, secret = await create_key(pool, user_id=user_id)
+    r = await client.post("/ui/login", data={"key": secret})
+    token = client.cookies["engram_session"]
+    assert secret not in r.headers["set-cookie"] and not token.startswith("eg_")
+    assert "Max-Age=43200" in r.headers["set-cookie"]  # 12 hours
+    assert (await client.get("/ui/")).status_code == 200
+    for path in ("/v1/me", "/v1/tools"):
+        r = await client.get(path, headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 401, path
+        r = await client.get(
+            path, headers={"Cookie": f"engram_session={token}; engram_key={token}"}
+        )
+        assert r.status_code == 401, path
+    r = await client.post(
+        "/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert r.status_code == 401
+    body, _, signature = token.rpartition(".")
+    version, key_id, expires = body.split(".")
+    for forged in (
+        f"{version}.{key_id}.{int(expires) + 10**6}.{signature}",  # a longer life
+        session_token(key, b"another deployment's key", 3600),
+        session_token(key, signing, -1),  # expired
+        secret,  # the raw key is no session either
+    ):
+        client.cookies.set("engram_session", forged, path="/ui")
+        assert (await client.get("/ui/")).status_code == 303, forged
+    client.cookies.set("engram_session", token, path="/ui")
+    assert (await client.get("/ui/")).status_code == 200
+    await revoke_key(pool, key.prefix)
     assert (await client.get("/ui/")).status_code == 303
 
 

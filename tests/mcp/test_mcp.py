@@ -10,11 +10,13 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 import httpx2
+import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -192,11 +194,18 @@ async def test_http_needs_a_valid_key(live_query: LiveQuery, pool: asyncpg.Pool)
     assert n == 1
 
 
-async def test_stdio_refuses_a_wrong_key(live_query: LiveQuery) -> None:
+@pytest.mark.parametrize("how", ["--key-file", "--key"])
+async def test_stdio_refuses_a_wrong_key(live_query: LiveQuery, tmp_path: Path, how: str) -> None:
+    """The key from a file (or the environment) stays out of the process list;
+    ``--key`` still works but warns (issue 29.14)."""
+    key_file = tmp_path / "key"
+    key_file.write_text("eng_wrong\n")
+    given = str(key_file) if how == "--key-file" else "eng_wrong"
+    env = {k: v for k, v in os.environ.items() if k != "ENGRAM_API_KEY"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        *["-m", "engram_cli", "mcp", "--url", live_query.url, "--key", "eng_wrong"],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        *["-m", "engram_cli", "mcp", "--url", live_query.url, how, given],
+        env={**env, "PYTHONPATH": str(ROOT)},
         cwd=ROOT,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -205,4 +214,5 @@ async def test_stdio_refuses_a_wrong_key(live_query: LiveQuery) -> None:
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 1
     assert b"unknown or revoked API key" in err
+    assert (b"--key shows the key in the process list" in err) == (how == "--key")
     assert out == b""

@@ -90,3 +90,40 @@ async def _shared_rows(pool: Any, chat: dict[str, str]) -> list[Any]:
             chat["chat_id"],
         )
     )
+
+
+async def test_a_chats_members_do_not_see_the_owners_person_records(
+    text_api: Any, pool: Any
+) -> None:
+    """Issue 29.14: a shared memory about one of the owner's people reaches the chat's
+    members without that person's record (name, relation) from the owner's people."""
+    chat = {"provider": "slack", "chat_id": f"C{uuid.uuid4().hex[:8]}"}
+    owner = text_api
+    peer = await as_user(owner.client, pool, owner.user_id + "-peer")
+    await _join(pool, owner.user_id, chat)
+    await _join(pool, peer.user_id, chat)
+    await owner.ok(
+        "/v1/remember",
+        {
+            "content": "Standup notes go to Sarah every Friday",
+            "subjects": ["my wife Sarah"],
+            "shared": True,
+            "chat": chat,
+        },
+    )
+    mine = await owner.ok("/v1/recall", {"query": "standup notes", "chat": chat})
+    [subject] = mine["results"][0]["subjects"]
+    assert (subject["name"], subject["relation"]) == ("Sarah", "wife")
+
+    theirs = await peer.ok("/v1/recall", {"query": "standup notes", "chat": chat})
+    [hit] = theirs["results"]
+    assert hit["content"] == "Standup notes go to Sarah every Friday"
+    assert all(s["name"] is None and s["relation"] is None for s in hit["subjects"])
+    for policy in ("auto", "sections"):
+        ctx = await peer.ok(
+            "/v1/context", {"message": "who gets the standup notes", "chat": chat, "policy": policy}
+        )
+        assert "Standup notes go to Sarah" in ctx["text"]
+        assert "wife" not in ctx["text"], ctx["text"]
+    r = await peer.get(f"/v1/people/{subject['id']}")
+    assert r.status_code == 404

@@ -10,8 +10,11 @@ from tests.support import running
 
 async def test_tools_are_listed_in_openai_and_anthropic_formats(make_settings, pool, user_id):
     app = create_app(make_settings(QuerySettings))
+    h = await auth(pool, user_id)
     async with running(app) as client:
-        body = (await client.get("/v1/tools")).json()
+        # a key is needed to list them (issue 29.14)
+        assert (await client.get("/v1/tools")).status_code == 401
+        body = (await client.get("/v1/tools", headers=h)).json()
         assert [t["function"]["name"] for t in body["openai"]] == [
             "memory",
             "memory_facts",
@@ -42,7 +45,7 @@ async def test_tools_are_listed_in_openai_and_anthropic_formats(make_settings, p
             "forget",
             "list",
         ]
-        only = (await client.get("/v1/tools", params={"format": "anthropic"})).json()
+        only = (await client.get("/v1/tools", params={"format": "anthropic"}, headers=h)).json()
         assert list(only) == ["anthropic"]
 
 

@@ -1,4 +1,5 @@
-"""Who is calling: Bearer API keys (or the browser's key cookie) → a Principal.
+"""Who is calling: Bearer API keys → a Principal (the browser's pages: a signed
+session, ``services/query/ui/session.py``, which this never accepts).
 
 Routes depend on :func:`principal` for the caller and on :func:`acting_user`
 for the one user every read and write is scoped to. A user key always acts for
@@ -23,10 +24,8 @@ from shared.embeddings.user_settings import Stored
 from shared.erasure import refuse_erased
 from shared.errors import UserErased
 
-COOKIE_NAME = "engram_key"
-
 # Declares the Bearer scheme in the OpenAPI (the docs' Authorize button); the
-# header itself is read by _secret_from, which also accepts the browser's cookie.
+# header itself is read by _secret_from.
 bearer_scheme = HTTPBearer(
     auto_error=False,
     scheme_name="apiKey",
@@ -65,7 +64,7 @@ def _secret_from(request: Request) -> str | None:
                 headers={"WWW-Authenticate": "Bearer"},
             )
         return value.strip()
-    return request.cookies.get(COOKIE_NAME)
+    return None
 
 
 async def principal(

@@ -251,7 +251,8 @@ async def assemble_auto(
             )
             # the relevant ones first (a stable sort keeps each part's ranking)
             memories.sort(key=lambda m: not m.relevant)
-            return memories, await subject_people(conn, memories), await list_people(conn, user_id)
+            subjects = await subject_people(conn, memories, user_id)
+            return memories, subjects, await list_people(conn, user_id)
 
     # The turns and the memories on two connections at once (each part holds one
     # connection at a time, so a busy pool cannot deadlock): PostgreSQL runs both.

@@ -53,11 +53,16 @@ class Recalled:
         }
 
 
-async def subject_people(conn: Executor, hits: list[MemoryHit]) -> dict[uuid.UUID, Person]:
-    """The people the hits are about, read in each memory owner's own people."""
+async def subject_people(
+    conn: Executor, hits: list[MemoryHit], viewer: str
+) -> dict[uuid.UUID, Person]:
+    """The people ``viewer``'s own hits are about. A chat's shared memory of another
+    user (a member reads it) keeps its owner's person records to its owner: their
+    names, relations and notes are not shown to the chat's members (issue 29.14)."""
     wanted: dict[str, set[uuid.UUID]] = defaultdict(set)
     for h in hits:
-        wanted[h.owner].update(h.subjects)
+        if h.owner == viewer:
+            wanted[h.owner].update(h.subjects)
     out: dict[uuid.UUID, Person] = {}
     for owner, ids in wanted.items():
         out.update(await people_by_id(conn, owner, list(ids)))
@@ -98,7 +103,7 @@ async def recall(
     )
     return Recalled(
         hits=hits,
-        people=await subject_people(pool, hits),
+        people=await subject_people(pool, hits, user_id),
         about=about if about and about.strip() else None,
         person=person,
         query=qv,

@@ -1,8 +1,10 @@
 """Logging in to the memory browser, and whose memory a page shows.
 
-The API key is entered once on ``/ui/login`` and kept in the ``engram_key``
-cookie: HTTP-only, SameSite=strict, path ``/ui``, Secure when
-``cookie_secure`` is set. A user key shows its own user's memory. An admin key
+The API key is entered once on ``/ui/login``; the ``engram_session`` cookie
+then holds a signed session (``shared.apikeys.session_token``: the key's id and
+an expiry, ``ui_session_hours``), never the key, and /v1 and /mcp do not accept
+it. HTTP-only, SameSite=strict, path ``/ui``, Secure when ``cookie_secure`` is
+set. Revoking the key ends its sessions. A user key shows its own user's memory. An admin key
 must first pick one user (``engram_user`` cookie, honoured for admin keys only),
 so a page always shows exactly one user.
 """
@@ -15,15 +17,17 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from services.query.api.auth import COOKIE_NAME, Principal
+from services.query.api.auth import Principal
 from services.query.api.deps import Pool, settings
 from services.query.ui import queries as q
 from services.query.ui.web import error_page, is_htmx, render, same_origin
-from shared.apikeys import lookup_key
+from shared.apikeys import lookup_key, lookup_session, session_token
+from shared.embeddings.crypto import signing_key
+from shared.embeddings.user_settings import as_embedding_settings
 
+COOKIE_NAME = "engram_session"
 USER_COOKIE = "engram_user"
 COOKIE_PATH = "/ui"
-COOKIE_MAX_AGE = 30 * 24 * 3600
 
 router = APIRouter()
 
@@ -51,8 +55,8 @@ class Viewer:
 
 
 async def ui_principal(request: Request, pool: Pool) -> Principal:
-    secret = request.cookies.get(COOKIE_NAME)
-    key = await lookup_key(pool, secret) if secret else None
+    token = request.cookies.get(COOKIE_NAME)
+    key = await lookup_session(pool, token, _signing(request)) if token else None
     if key is None:
         raise _redirect("/ui/login")
     return Principal(key)
@@ -83,11 +87,19 @@ AdminDep = Annotated[Principal, Depends(admin_principal)]
 SameOrigin = Depends(same_origin)
 
 
+def _signing(request: Request) -> bytes:
+    return signing_key(as_embedding_settings(settings(request)), "ui-session")
+
+
+def _lifetime_s(request: Request) -> int:
+    return int(settings(request).ui_session_hours * 3600)
+
+
 def _set_cookie(request: Request, response: Response, name: str, value: str) -> None:
     response.set_cookie(
         name,
         value,
-        max_age=COOKIE_MAX_AGE,
+        max_age=_lifetime_s(request),
         path=COOKIE_PATH,
         httponly=True,
         samesite="strict",
@@ -114,7 +126,8 @@ async def login(
     response = RedirectResponse(
         "/ui/users" if found.is_admin else "/ui/", status_code=status.HTTP_303_SEE_OTHER
     )
-    _set_cookie(request, response, COOKIE_NAME, secret)
+    token = session_token(found, _signing(request), _lifetime_s(request))
+    _set_cookie(request, response, COOKIE_NAME, token)
     response.delete_cookie(USER_COOKIE, path=COOKIE_PATH)
     return response
 

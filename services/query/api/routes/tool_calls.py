@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from services.query.api import responses as R
-from services.query.api.auth import UserId
+from services.query.api.auth import Caller, UserId
 from services.query.tools import toolbox
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"])
@@ -68,6 +68,7 @@ async def tool_context(request: Request, user_id: str) -> toolbox.ToolContext:
     response_model_exclude_unset=True,
 )
 async def tools(
+    _who: Caller,  # a key is needed (any user's or an admin's)
     format: Annotated[Literal["all", "openai", "anthropic"], Query()] = "all",
 ) -> dict[str, Any]:
     return toolbox.tool_schemas(format)
