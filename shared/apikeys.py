@@ -17,7 +17,7 @@ import asyncpg
 from shared.db import Executor, audit
 from shared.embeddings.user_settings import COLUMNS as SETTINGS_COLUMNS
 from shared.embeddings.user_settings import Stored
-from shared.erasure import refuse_erased
+from shared.erasure import ensure_user, refuse_erased
 from shared.errors import NotFound
 
 KEY_PREFIX = "eg_"
@@ -55,9 +55,7 @@ async def create_key(
     secret = f"{KEY_PREFIX}{prefix}_{secrets.token_urlsafe(24)}"
     if user_id is not None:
         await refuse_erased(conn, user_id)  # until an admin re-enables the id
-        await conn.execute(
-            "INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING", user_id
-        )
+        await ensure_user(conn, user_id)
     row = await conn.fetchrow(
         """
         INSERT INTO api_keys (user_id, name, key_hash, prefix, is_admin)

@@ -12,8 +12,8 @@ from typing import Any
 
 import asyncpg
 
-from services.query.memory_service import ENSURE_USER
 from shared.db import audit
+from shared.erasure import ensure_user
 from shared.errors import InvalidRequest, NotFound
 
 MAX_STEP = 2**31 - 1
@@ -75,7 +75,7 @@ async def save(
     """Save ``state`` as a checkpoint of the thread; the parent defaults to its latest."""
     wanted_parent, wanted_id, wanted_step = parent_id, checkpoint_id, step
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(ENSURE_USER, user_id)
+        await ensure_user(conn, user_id)
         if wanted_parent is not None:
             parent = await conn.fetchrow(ONE, user_id, thread_id, wanted_parent)
             if parent is None:

@@ -17,9 +17,10 @@ from typing import Any
 
 import asyncpg
 
-from services.query.memory_service import ENSURE_USER, announce
+from services.query.memory_service import announce
 from services.query.schemas import CONFIDENCE_BY_SOURCE, DEFAULT_CONFIDENCE
 from shared.db import audit
+from shared.erasure import ensure_user
 from shared.errors import InvalidRequest, NotFound
 from shared.memory.known import LIVE_FACT
 from shared.memory.writer import AUDIT_ENTITY, NewItem, insert_items, publish_written, theme_slug
@@ -260,7 +261,7 @@ async def set_summary(
     pool: asyncpg.Pool, *, user_id: str, summary: str, actor: str = "api"
 ) -> dict[str, Any]:
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(ENSURE_USER, user_id)
+        await ensure_user(conn, user_id)
         row = await conn.fetchrow(SET_SUMMARY, user_id, summary)
         assert row is not None
         await audit(

@@ -31,7 +31,6 @@ from shared.streams import Publisher
 
 MAX_CONTENT_CHARS = 20_000
 
-ENSURE_USER = "INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"
 
 GET_ITEM = """
 SELECT id, user_id, scope, provider, chat_id, namespace, theme, type, category, key,

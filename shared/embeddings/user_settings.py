@@ -34,6 +34,7 @@ from shared.embeddings.providers import (
     system_config,
 )
 from shared.embeddings.settings import EmbeddingSettings
+from shared.erasure import ensure_user
 from shared.errors import ConfigError, ProviderError
 from shared.settings import CommonSettings
 
@@ -57,7 +58,6 @@ SELECT user_id, enabled, provider, endpoint_url, model, api_key_enc, dimensions,
 FROM embedding_settings WHERE user_id = ANY($1::text[])
 """
 
-ENSURE_USER = "INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"
 
 PUT_SETTINGS = """
 INSERT INTO embedding_settings (user_id, enabled, provider, endpoint_url, model, api_key_enc,
@@ -270,7 +270,7 @@ async def put_provider_settings(
     key_value = new.api_key.get_secret_value() if new.api_key is not None else ""
     key_enc = crypto.encrypt(s, key_value) if key_value else None
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(ENSURE_USER, user_id)
+        await ensure_user(conn, user_id)
         await conn.execute(
             PUT_SETTINGS,
             user_id,

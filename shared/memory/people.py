@@ -22,6 +22,7 @@ from typing import Any
 import asyncpg
 
 from shared.db import Conn, Executor, audit
+from shared.erasure import ensure_user
 from shared.errors import InvalidRequest
 from shared.memory.references import (
     PersonRef,
@@ -73,8 +74,6 @@ RETURNING {_COLUMNS}
 """
 
 LOCK = "SELECT pg_advisory_xact_lock(hashtext('engram.people:' || $1))"
-
-ENSURE_USER = "INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"
 
 
 @dataclass(frozen=True)
@@ -212,7 +211,7 @@ async def resolve_person(
     if relation is None and name is not None:
         relation = relation_from_hint(name, content_hint)
     async with conn.transaction():
-        await conn.execute(ENSURE_USER, user_id)
+        await ensure_user(conn, user_id)
         await conn.execute(LOCK, user_id)
         person = await _lookup(conn, user_id, PersonRef(ref.text, name, relation))
         if person is None and name is not None and relation is not None:
