@@ -32,6 +32,8 @@ from shared.settings import CommonSettings
 from shared.streams import EVENT_FIELD, Publisher, dead_letter
 
 NAMESPACE = uuid.UUID("5b0c3d43-6f1e-4a53-9a55-3c1f6c0e7d21")
+MAX_DEAD_LINE_BYTES = 100_000
+"""A skipped line longer than this is dead-lettered cut, and its reason says so."""
 
 
 def derive_event_id(obj: dict[str, Any]) -> str:
@@ -93,13 +95,17 @@ async def publish_stream(
             for i in range(0, len(batches[stream]), 1000):
                 await publisher.publish_raw(stream, batches[stream][i : i + 1000])
         for lineno, line, reason in skipped:
+            kept = line.encode(errors="replace")
+            if len(kept) > MAX_DEAD_LINE_BYTES:
+                reason += f" (cut at {MAX_DEAD_LINE_BYTES:,} of {len(kept):,} bytes)"
+                kept = kept[:MAX_DEAD_LINE_BYTES]
             await dead_letter(
                 redis,
                 settings,
                 stream="",  # never published: nothing to replay it onto
                 group="engram publish",
                 entry_id=f"line {lineno}",
-                fields={EVENT_FIELD: line.encode(errors="replace")[:100_000]},
+                fields={EVENT_FIELD: kept},
                 error=reason,
                 attempts=1,
             )

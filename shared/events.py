@@ -10,8 +10,9 @@ dead-lettered); strictness lives at the platform boundary (``engram publish
 
 What PostgreSQL would refuse is refused here, at parse time, so it is
 dead-lettered at once with its reason instead of failing a whole batch: a NUL
-byte or a lone surrogate in any text or JSON field (``content`` alone has its NUL
-bytes dropped), a time outside 1900-2199, a text or JSON value over its size cap.
+byte or a lone surrogate in any text or JSON field (``content`` too, as the API
+refuses it: nothing is changed silently), a time outside 1900-2199, a text or JSON
+value over its size cap.
 """
 
 from __future__ import annotations
@@ -165,12 +166,6 @@ class TurnReceived(Event):
     tool_result: Any = None
     external_message_id: Annotated[str, Field(max_length=500)] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("content")
-    @classmethod
-    def _no_nul(cls, v: str) -> str:
-        # PostgreSQL text cannot hold NUL; drop it rather than reject the turn.
-        return v.replace("\x00", "")
 
 
 class EpisodeStarted(Event):

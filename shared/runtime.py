@@ -108,6 +108,7 @@ class Runtime:
             readers=readers,
             linger_ms=linger_ms,
             policy=policy,
+            pool=lambda: self.pool,
         )
         consumer.register(self.broker)
         self.consumers.append(consumer)

@@ -49,6 +49,7 @@ from faststream.message import StreamMessage
 from faststream.redis import RedisBroker, StreamSub
 from pydantic import TypeAdapter, ValidationError
 
+from shared.erasure import erased_among, owner_of
 from shared.errors import EngramError, InfrastructureError, InvalidEvent
 from shared.events import BatchResult, Event, encode
 from shared.metrics import ServiceMetrics
@@ -258,8 +259,10 @@ class StreamConsumer(Generic[T]):
         readers: int = 1,
         linger_ms: int = 0,
         policy: FailurePolicy | None = None,
+        pool: Callable[[], asyncpg.Pool] | None = None,
     ) -> None:
         self.service = service
+        self._pool = pool
         self.readers = readers
         self.linger_ms = linger_ms
         self.stream_name = stream
@@ -278,6 +281,9 @@ class StreamConsumer(Generic[T]):
             self.consumer if i == 0 else f"{self.consumer}-{i}" for i in range(self.readers)
         ]
         self._backoff = 0.0
+        # Each series exists at 0 from the start, so the first dead letter is an increase
+        # a rule can see (deploy/prometheus/alerts.yml, EngramDeadLetters).
+        metrics.dead_lettered.labels(self.stream_name)
 
     async def ensure_group(self) -> None:
         """Create the group at the stream's start, so events published before any
@@ -585,7 +591,7 @@ class StreamConsumer(Generic[T]):
     async def dead_letter(
         self, entry_id: str, fields: dict[bytes, bytes], error: str, attempts: int
     ) -> None:
-        await dead_letter(
+        erased = await dead_letter(
             self._redis(),
             self.settings,
             stream=self.stream,
@@ -594,7 +600,10 @@ class StreamConsumer(Generic[T]):
             fields=fields,
             error=error,
             attempts=attempts,
+            pool=self._pool() if self._pool is not None else None,
         )
+        if erased:  # an erased user's entry: its content does not stay on the stream
+            await self._redis().xdel(self.stream, entry_id)
         self.metrics.events.labels(self.stream_name, "dead").inc()
         self.metrics.dead_lettered.labels(self.stream_name).inc()
         log.warning(
@@ -750,13 +759,25 @@ async def dead_letter(
     fields: dict[bytes, bytes],
     error: str,
     attempts: int,
-) -> None:
+    pool: asyncpg.Pool | None = None,
+) -> bool:
     """Append an entry to the ``dead`` stream with the reason (also used by
     ``engram publish`` for lines it skips). The dead stream has no consumer
-    group: it keeps about ``stream_maxlen`` newest entries."""
+    group: it keeps about ``stream_maxlen`` newest entries.
+
+    With ``pool``, an entry whose user was erased is kept without its payload (the
+    reason and where it came from stay): erased content is not stored again; True is
+    returned then, and the caller deletes the entry from its own stream."""
     payload = fields.get(EVENT_FIELD)
     if payload is None:
         payload = repr({k: v for k, v in fields.items()}).encode()
+    erased = False
+    if pool is not None:
+        owner = owner_of(payload)
+        erased = owner is not None and bool(await erased_among(pool, [owner]))
+        if erased:
+            payload = b""
+            error = f"{error} (payload not kept: its user was erased)"
     await r.xadd(
         settings.stream("dead"),
         {
@@ -771,6 +792,7 @@ async def dead_letter(
         maxlen=settings.stream_maxlen,
         approximate=True,
     )
+    return erased
 
 
 async def _raw_batch(msg: Any) -> StreamMessage[Any]:

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import asyncpg
+
 from shared.db import Executor
+from shared.erasure import ERASED_MESSAGE, erased_write
+from shared.errors import UserErased
 
 ENSURE_USER = "INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"
 
@@ -26,8 +30,16 @@ WHERE EXCLUDED.display_name IS NOT NULL
 
 
 async def ensure_user(conn: Executor, user_id: str) -> None:
-    """The user's row exists after this (created if missing; nothing else changes)."""
-    await conn.execute(ENSURE_USER, user_id)
+    """The user's row exists after this (created if missing; nothing else changes).
+
+    Raises :class:`UserErased` for an erased id: the database refuses its row (the
+    erasure's trigger, which also orders this write with an erasure in flight)."""
+    try:
+        await conn.execute(ENSURE_USER, user_id)
+    except asyncpg.PostgresError as exc:
+        if erased_write(exc):
+            raise UserErased(ERASED_MESSAGE) from exc
+        raise
 
 
 async def upsert_users(

@@ -59,3 +59,44 @@ def test_a_missing_file_is_a_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("engram publish: cannot read") and "No such file" in err
     assert "Traceback" not in err
+
+
+async def test_engram_dead_previews_each_entry_and_replays_only_what_it_can(
+    settings, redis, capsys
+):
+    """Issue 29.16: a huge entry prints as a bounded preview that says it was cut (the
+    publish-time cut at 100,000 is named in the reason); ``--replay`` puts an entry read
+    from a stream back on it and says truthfully that a skipped line cannot be."""
+    from engram_cli.inspect import PREVIEW_CHARS, show_dead
+    from shared.streams import EVENT_FIELD, dead_letter
+
+    huge = json.dumps({**GOOD, "role": "robot", "content": "x" * 150_000})
+    assert await publish_stream(settings, _lines(huge), strict=False) == 1
+    good = json.dumps(GOOD).encode()
+    await dead_letter(
+        redis,
+        settings,
+        stream=settings.stream("turns"),
+        group="ingest",
+        entry_id="1-1",
+        fields={EVENT_FIELD: good},
+        error="refused 3 times",
+        attempts=3,
+    )
+    capsys.readouterr()
+    await show_dead(settings, 10, replay=True)
+    out = capsys.readouterr().out.splitlines()
+    skipped, stored = json.loads(out[0]), json.loads(out[1])
+    assert len(out[0]) < PREVIEW_CHARS + 1_000
+    assert skipped["note"] == f"payload cut at {PREVIEW_CHARS} of 100,000 characters"
+    assert "(cut at 100,000 of 150," in skipped["error"]
+    assert skipped["replay"].startswith("not replayed: a line engram publish skipped")
+    assert "replay" not in stored and stored["payload"] == good.decode()
+    assert (
+        out[-1] == "2 dead-lettered entries; 1 replayed, 1 not replayable (left in dead, "
+        "see 'replay' above)"
+    )
+    dead = await dead_entries(redis, settings)
+    assert [d["entry_id"] for d in dead] == ["line 1"]  # the skipped line stays
+    turns = await redis.xrange(settings.stream("turns"))
+    assert turns[-1][1][EVENT_FIELD] == good  # the other is back on its stream

@@ -39,6 +39,7 @@ from services.extractor.dates import resolve_relative_dates
 from services.extractor.facts import FactResult, apply_plan, plan_facts
 from services.extractor.metrics import ExtractorMetrics
 from services.extractor.narrative import regenerate_user_summary
+from services.extractor.stale_sweep import DUE
 from shared.errors import EngramError, InvalidModelOutput, ProviderError, ProviderUnavailable
 from shared.events import BatchResult, EmbedRequested, EmbedTarget, ExtractRequested, MemoryChanged
 from shared.llm.jobs import Extractor
@@ -89,6 +90,12 @@ SET summary = $3, summary_text = $4, extracted_at = greatest(now(), last_active_
                              THEN extract_due_since END,
     embedding_state = 'pending', embedding_error = NULL, updated_at = now()
 WHERE id = $1 AND user_id = $2
+"""
+
+# (DUE, the sweep's test of "something to extract", as is_due says it here)
+NOTHING_DUE = f"""
+UPDATE episodes e SET extract_due = false, extract_due_since = NULL
+WHERE e.id = $1 AND e.user_id = $2 AND e.extract_due AND e.status = 'closed' AND NOT {DUE}
 """
 
 RECORD_ERROR = """
@@ -233,7 +240,12 @@ async def _extract(
             )
         if request.reason != "manual" and (ep["status"] == "open" or not is_due(ep)):
             await conn.execute(MARK_PROCESSED, request.event_id, CONSUMER)
-            return "open" if ep["status"] == "open" else "up_to_date"
+            if ep["status"] == "open":
+                return "open"
+            # flagged by a close that added nothing (a second close, a redelivery): not
+            # waiting any more, unless a turn arrived meanwhile (checked in the UPDATE)
+            await conn.execute(NOTHING_DUE, request.episode_id, request.user_id)
+            return "up_to_date"
         rows = await conn.fetch(LOAD_MESSAGES, request.episode_id, request.user_id)
     transcript = from_messages(rows, user_name=ep["user_name"])
     turns = int(ep["turn_count"])

@@ -502,13 +502,14 @@ async def handle_episode_events(
     """Apply episode started / closed events in order; closing asks for extraction.
 
     Events are named by their position in ``events`` (arrival order); those of
-    erased users are skipped (not stored, left in the stream as before)."""
+    erased users are dropped (not stored, deleted from the stream)."""
     result = BatchResult()
     rejected = result.refused
     extract: list[ExtractRequested] = []
     deliveries = [_Item(i, ev) for i, ev in enumerate(events)]
     async with pool.acquire() as conn, conn.transaction():
         erased = await hold_users(conn, [d.event.user_id for d in deliveries])
+        result.dropped.update(d.pos for d in deliveries if d.event.user_id in erased)
         await conn.execute(
             LOCK_CHATS,
             sorted(

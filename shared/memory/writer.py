@@ -2,7 +2,10 @@
 
 :func:`insert_items` stores new memories (or, for an item with a ``category``
 and ``key``, upserts Navi's one value per key) inside the caller's connection.
-For each item it ensures the user and the theme, sets the embedding state
+For each item it ensures the user (refused, :class:`~shared.errors.UserErased`,
+for an erased one: the statement fires migration 0095's trigger, which waits for an
+erasure in progress and checks the tombstone, see ``shared.erasure``) and the theme,
+sets the embedding state
 (``ready`` with the vector when one is given, else ``pending``), writes one
 audit line under the entity :data:`AUDIT_ENTITY`, and, when the item was stored
 with its vector, runs Ash's supersession check. It returns what was written and
@@ -23,8 +26,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, get_args
 
+import asyncpg
+
 from shared.db import Conn
-from shared.errors import InvalidRequest
+from shared.erasure import ERASED_MESSAGE, erased_write
+from shared.errors import InvalidRequest, UserErased
 from shared.events import EmbedRequested, EmbedTarget, Event, MemoryChanged
 from shared.memory.supersession import AUDIT_ENTITY, Contradicts, check_supersession
 from shared.streams import Publisher
@@ -268,6 +274,37 @@ async def _write(
     vector = list(item.vector) if inline and item.vector is not None else None
     by = item.embedded_by if inline else None
     details = {"type": item.type, "theme": item.theme, "source": item.source, **item.audit}
+    try:
+        row = await _store(conn, user_id, item, actor, vector, by, details)
+    except asyncpg.PostgresError as exc:
+        if erased_write(exc):
+            raise UserErased(ERASED_MESSAGE) from exc
+        raise
+    superseded: tuple[uuid.UUID, ...] = ()
+    if vector is not None:
+        # Ash's rule, the same check the query service runs when a vector arrives.
+        superseded = tuple(
+            await check_supersession(conn, row["id"], actor=actor, contradicts=contradicts)
+        )
+    return WrittenItem(
+        id=row["id"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        embedding_state=row["embedding_state"],
+        inserted=row["inserted"],
+        superseded=superseded,
+    )
+
+
+async def _store(
+    conn: Conn,
+    user_id: str,
+    item: NewItem,
+    actor: str,
+    vector: list[float] | None,
+    by: tuple[str, str] | None,
+    details: dict[str, Any],
+) -> Any:
     row = await conn.fetchrow(
         UPSERT_ITEM if item.category is not None and item.key is not None else INSERT_ITEM,
         user_id,
@@ -301,20 +338,7 @@ async def _write(
         item.source_message_id,
     )
     assert row is not None
-    superseded: tuple[uuid.UUID, ...] = ()
-    if vector is not None:
-        # Ash's rule, the same check the query service runs when a vector arrives.
-        superseded = tuple(
-            await check_supersession(conn, row["id"], actor=actor, contradicts=contradicts)
-        )
-    return WrittenItem(
-        id=row["id"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-        embedding_state=row["embedding_state"],
-        inserted=row["inserted"],
-        superseded=superseded,
-    )
+    return row
 
 
 async def publish_written(publisher: Publisher, written: Written) -> None:

@@ -37,10 +37,13 @@ async def _key(url: str, user_id: str | None, admin: bool) -> str:
 
 
 def _server_errors(base: str) -> int:
+    """5xx answers (the request histogram) plus unhandled errors (the error handler's
+    own counter, ``engram_http_server_errors_total``; issue 29.6)."""
     text = httpx.get(f"{base}/metrics", timeout=10).text
     total = 0.0
     for line in text.splitlines():
-        if line.startswith("engram_http_request_seconds_count") and 'status="5xx"' in line:
+        answered = line.startswith("engram_http_request_seconds_count") and 'status="5xx"' in line
+        if answered or line.startswith("engram_http_server_errors_total{"):
             total += float(line.rsplit(" ", 1)[1])
     return int(total)
 

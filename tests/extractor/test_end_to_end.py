@@ -140,6 +140,38 @@ async def test_extracting_again_without_new_turns_changes_nothing(
         assert await _snapshot(pool, user_id) == before
 
 
+async def test_an_episode_closed_again_with_nothing_new_stops_waiting_for_extraction(
+    make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any, user_id: str
+) -> None:
+    """Issue 29.12: a second close of an extracted episode (a platform's close after the
+    stale sweep's, a redelivery) flags it due again; the extractor finds nothing new
+    (``up_to_date``) and clears the flag, so the backlog gauge returns to 0 instead of
+    counting the episode for good (the sweep never asks again for what is not due)."""
+    ingest = make_settings(IngestSettings)
+    settings = make_settings(
+        ExtractorSettings, stream_prefix=ingest.stream_prefix, sweep_interval_s=3600
+    )
+    publisher = Publisher(redis, ingest)
+    async with running(ingest_app(ingest)), running(extractor_app(settings)) as client:
+        await publisher.publish("turns", turns(user_id, CONVERSATION[:3]))
+        await wait_for(lambda: _turns_stored(pool, user_id, 3))
+        close = EpisodeClosed(user_id=user_id, provider="test", chat_id="c1")
+        await publisher.publish("episodes", [close])
+        first = await wait_for(lambda: _extracted(pool, user_id))
+        again = EpisodeClosed(
+            episode_id=first["id"], user_id=user_id, provider="test", chat_id="c1"
+        )
+        await publisher.publish("episodes", [again])
+
+        async def skipped() -> bool:
+            m = (await client.get("/metrics")).text
+            return 'engram_extract_episodes_total{outcome="up_to_date"}' in m
+
+        await wait_for(skipped, message="the second request found nothing new")
+        due = await pool.fetchval("SELECT extract_due FROM episodes WHERE id = $1", first["id"])
+        assert due is False
+
+
 async def test_a_request_for_another_users_episode_is_dead_lettered(
     make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any, user_id: str
 ) -> None:

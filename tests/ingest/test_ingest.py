@@ -247,14 +247,15 @@ async def test_a_batch_mixing_users_asks_for_every_turns_embedding(
 async def test_what_postgresql_would_refuse_is_dead_lettered_at_once_with_its_reason(
     make_settings, pool, redis, user_id
 ):
-    """Issue 17.5: a NUL byte in any text or JSON field, a year 0001 or 9999, NaN in
-    JSON; each dead-lettered on its first delivery, naming the field, while the good
-    turns around them are stored."""
+    """Issue 17.5: a NUL byte in any text or JSON field (``content`` too, issue 29.18:
+    as the API refuses it), a year 0001 or 9999, NaN in JSON; each dead-lettered on
+    its first delivery, naming the field, while the good turns around them are stored."""
     settings = make_settings(IngestSettings)
     key = settings.stream("turns")
     good = encode(turn(user_id, 0))
     poison = {
         "display_name": {"display_name": "Ti\u0000m"},
+        "content": {"content": "hel\u0000lo"},
         "metadata": {"metadata": {"k": "v\u0000"}},
         "chat_id": {"chat_id": "c\u0000"},
         "tool_args": {"tool_args": {"q": ["\u0000"]}},
@@ -277,7 +278,8 @@ async def test_what_postgresql_would_refuse_is_dead_lettered_at_once_with_its_re
     assert len(dead) == len(poison)
     assert all(d["attempts"] == "1" for d in dead)
     reasons = " | ".join(d["error"] for d in dead)
-    for name in ("display_name", "metadata", "chat_id", "tool_args", "0001", "9999", "nan"):
+    names = ("display_name", "content", "metadata", "chat_id", "tool_args", "0001", "9999", "nan")
+    for name in names:
         assert name in reasons, (name, reasons)
 
 

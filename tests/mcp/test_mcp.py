@@ -216,3 +216,31 @@ async def test_stdio_refuses_a_wrong_key(live_query: LiveQuery, tmp_path: Path, 
     assert b"unknown or revoked API key" in err
     assert (b"--key shows the key in the process list" in err) == (how == "--key")
     assert out == b""
+
+
+async def test_http_gives_hostile_arguments_as_tool_errors_no_stream_and_its_own_route(
+    live_query: LiveQuery, pool: asyncpg.Pool
+) -> None:
+    """Issue 29.17: over HTTP a NUL in a tool argument is the
+    ``isError`` result stdio gives (not an HTTP 422 the SDK raises on); ``GET /mcp``
+    answers 405 at once instead of opening a stream that never sends; requests are
+    counted under ``route="/mcp"``."""
+    user = f"mcp-nul-{uuid.uuid4().hex[:8]}"
+    key = await key_for(pool, user)
+    async with http_client(live_query, key) as client:
+        # (the SDK's client cannot send a lone surrogate; /v1/tools/call's test has one)
+        bad = await client.call_tool("remember", {"content": "tea\u0000"})
+        assert bad.is_error, bad.content
+        assert "arguments.content must not contain NUL" in bad.content[0].text
+    assert await pool.fetchval("SELECT count(*) FROM memory_items WHERE user_id = $1", user) == 0
+    async with httpx.AsyncClient(base_url=live_query.url, timeout=5) as raw:
+        r = await raw.get(
+            "/mcp",
+            headers={"Authorization": f"Bearer {key}", "Accept": "text/event-stream"},
+        )
+        assert r.status_code == 405 and "POST" in r.headers["allow"]
+        metrics = (await raw.get("/metrics")).text
+    assert 'route="/mcp"' in metrics
+    assert not [
+        line for line in metrics.splitlines() if 'route="unmatched"' in line and "_count" in line
+    ]

@@ -127,3 +127,52 @@ async def test_turns_published_during_the_erase_never_bring_the_user_back(
 
 async def _at_least(pool: asyncpg.Pool, user_id: str, n: int) -> bool:
     return await _count(pool, "SELECT count(*) FROM messages WHERE user_id = $1", user_id) >= n
+
+
+async def test_a_stream_rebuilt_after_an_erasure_keeps_no_deleted_bytes_and_its_groups(
+    redis: aioredis.Redis,
+) -> None:
+    """Issue 29.2: XDEL leaves an entry's bytes in its node (so in every snapshot and
+    AOF rewrite); the erasure rebuilds the stream, with the same ids, groups,
+    consumers and pending entries (idle time, delivery count)."""
+    from shared.erasure import compact_stream
+
+    key = f"compact-{uuid.uuid4().hex[:8]}"
+    ids = [await redis.xadd(key, {b"event": f"entry {i} {SECRET}-{i}".encode()}) for i in range(10)]
+    await redis.xgroup_create(key, "g", id="0")
+    await redis.xreadgroup("g", "c1", {key: ">"}, count=4)  # 4 delivered, pending
+    await redis.xack(key, "g", ids[0])
+    await redis.xclaim(key, "g", "c1", 0, [ids[1]])  # delivered twice now
+    await redis.xgroup_createconsumer(key, "g", "idle-one")
+    await redis.xdel(key, ids[2], ids[5])
+    # DUMP is what a snapshot or an AOF rewrite writes (uncompressed, to read it)
+    compression = (await redis.config_get("rdbcompression"))["rdbcompression"]
+    await redis.config_set("rdbcompression", "no")
+    try:
+        assert f"{SECRET}-5".encode() in await redis.dump(key)  # still in the node
+        before = await redis.xinfo_stream(key)
+        pending = await redis.xpending_range(key, "g", min="-", max="+", count=100)
+
+        assert await compact_stream(redis, key)
+
+        dumped = await redis.dump(key)
+    finally:
+        await redis.config_set("rdbcompression", compression)
+    assert f"{SECRET}-5".encode() not in dumped and f"{SECRET}-2".encode() not in dumped
+    assert f"{SECRET}-6".encode() in dumped
+    after = await redis.xinfo_stream(key)
+    for field in ("length", "last-generated-id", "entries-added", "max-deleted-entry-id"):
+        assert after[field] == before[field], field
+    [group] = await redis.xinfo_groups(key)
+    assert group["last-delivered-id"] == ids[3] and group["pending"] == 2
+    assert sorted(c["name"] for c in await redis.xinfo_consumers(key, "g")) == [
+        b"c1",
+        b"idle-one",
+    ]
+    again = await redis.xpending_range(key, "g", min="-", max="+", count=100)
+    assert [(p["message_id"], p["times_delivered"]) for p in again] == [
+        (p["message_id"], p["times_delivered"]) for p in pending if p["message_id"] != ids[2]
+    ]
+    # the group reads on where it was
+    got = await redis.xreadgroup("g", "c2", {key: ">"})
+    assert [e[0] for e in got[0][1]] == [ids[4], *ids[6:]]

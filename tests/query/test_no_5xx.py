@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from pydantic import SecretStr
 
@@ -151,3 +152,104 @@ async def test_503_with_retry_after_while_a_store_is_unreachable(
                 assert r.status_code < 300, (path, r.text)
     finally:
         await proxy.cut()
+
+
+def _nested(levels: int) -> str:
+    return '{"a":' * levels + "1" + "}" * levels
+
+
+async def test_deep_json_tool_arguments_as_strings_and_forms_are_4xx_naming_the_field(
+    make_settings: Callable[..., Any], pool: asyncpg.Pool, user_id: str
+) -> None:
+    """Issue 29.5: tool arguments sent as a JSON string pass the same check as a body;
+    1,000 levels of nesting is a 422, not a RecursionError; JSON nested past the bound
+    in Jarvus ``details`` or a checkpoint ``state`` is refused at write time (so no
+    stored row can break a read); forms (urlencoded and multipart) with NUL or a lone
+    surrogate are 422. None of it is a 5xx."""
+    h = await auth(pool, user_id)
+    j = {**h, "Content-Type": "application/json"}
+    app = create_app(make_settings(QuerySettings))
+    async with running(app) as client:
+        for name, args in [
+            ("memory", {"operation": "add", "content": "a\u0000b", "type": "fact"}),
+            ("remember", {"content": "tea\u0000"}),
+            ("memory_facts", {"action": "save", "category": "c", "key": "k", "value": "\ud800"}),
+        ]:
+            r = await client.post(
+                "/v1/tools/call", json={"name": name, "arguments": json.dumps(args)}, headers=h
+            )
+            assert r.status_code == 200, r.text
+            assert r.json()["is_error"] is True, r.text
+            assert "arguments." in r.json()["error"], r.text
+        raw = '{"name": "memory", "arguments": ' + json.dumps(_nested(1000)) + "}"
+        r = await client.post("/v1/tools/call", content=raw, headers=j)
+        assert r.status_code == 200 and r.json()["is_error"] is True, r.text
+        assert "nested deeper" in r.json()["error"]
+        for path, body, field in [
+            ("/v1/tools/call", '{"name": "memory", "arguments": ' + _nested(1000) + "}", "body"),
+            ("/v1/threads/t/checkpoints", '{"state": ' + _nested(300) + "}", "state"),
+            ("/v1/jarvus/actions", '{"action": "x", "details": ' + _nested(300) + "}", "details"),
+            ("/v1/memory/add", "[" * 100_000 + "]" * 100_000, "body"),
+        ]:
+            r = await client.post(path, content=body, headers=j)
+            assert r.status_code == 422, (path, r.status_code, r.text[:300])
+            assert r.json()["errors"][0]["field"].startswith(field), (path, r.text[:300])
+            assert "nested deeper than 64 levels" in r.text
+        # what was refused was not stored: the thread's checkpoints still read
+        r = await client.get("/v1/threads/t/checkpoints", headers=h)
+        assert r.status_code == 200, r.text
+        cookie = {"Origin": "http://test", "Cookie": f"engram_key={h['Authorization'][7:]}"}
+        for value, problem in [(b"a\x00b", "NUL"), (b"\xed\xa0\x80", "surrogate")]:
+            r = await client.post(
+                "/ui/settings/save",
+                files={"provider": (None, b"openai"), "model": (None, value)},
+                headers=cookie,
+            )
+            assert r.status_code == 422 and "model" in r.text and problem in r.text, r.text
+            r = await client.post(
+                "/ui/login",
+                content=b"key=" + "".join(f"%{b:02X}" for b in value).encode(),
+                headers={**cookie, "Content-Type": "application/x-www-form-urlencoded"},
+            )
+            assert r.status_code == 422 and "key" in r.text, r.text
+        metrics = (await client.get("/metrics")).text
+        assert 'status="5xx"' not in metrics
+        assert 'engram_http_server_errors_total{route="unmatched"} 0.0' in metrics
+
+
+async def test_invalid_json_names_the_body_not_a_byte_offset(
+    make_settings: Callable[..., Any], pool: asyncpg.Pool, user_id: str
+) -> None:
+    """Issue 29.18: a body that is not JSON is a 422 whose field is ``body``."""
+    h = {**await auth(pool, user_id), "Content-Type": "application/json"}
+    async with running(create_app(make_settings(QuerySettings))) as client:
+        r = await client.post("/v1/memory/add", content=b'{"content": "x",', headers=h)
+    assert r.status_code == 422, r.text
+    assert [e["field"] for e in r.json()["errors"]] == ["body"], r.text
+    assert "not valid JSON" in r.json()["detail"]
+
+
+async def test_an_unhandled_error_is_a_500_with_the_error_body_counted_in_metrics(
+    make_settings: Callable[..., Any],
+) -> None:
+    """Issue 29.6: the one error handler answers what a route raises with the error
+    body and counts it on ``engram_http_server_errors_total`` by route; the request
+    histogram counts it as a 5xx too (the alert reads both)."""
+    app = create_app(make_settings(QuerySettings))
+
+    async def boom() -> None:
+        raise RuntimeError("a bug")
+
+    app.add_api_route("/v1/boom", boom, methods=["GET"])
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            r = await client.get("/v1/boom")
+            assert r.status_code == 500
+            assert r.json()["error"] == "internal_error" and "a bug" not in r.text
+            metrics = (await client.get("/metrics")).text
+    assert 'engram_http_server_errors_total{route="/v1/boom"} 1.0' in metrics
+    assert (
+        'engram_http_request_seconds_count{method="GET",route="/v1/boom",status="5xx"} 1.0'
+        in metrics
+    )

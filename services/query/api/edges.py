@@ -124,10 +124,15 @@ def field_errors(errors: list[Any]) -> list[FieldError]:
         # a query or path parameter's location starts with where it came from
         if loc and loc[0] in ("query", "path", "header", "cookie") and len(loc) > 1:
             loc = loc[1:]
+        message = str(err.get("msg", "invalid"))
+        if err.get("type") == "json_invalid":
+            # FastAPI's loc is ("body", <byte offset>): the field is the body
+            at = loc[0] if loc else "?"
+            loc, message = [], f"is not valid JSON ({message} at byte {at})"
         out.append(
             FieldError(
                 field=".".join(loc) or "body",
-                message=str(err.get("msg", "invalid")),
+                message=message,
                 type=str(err.get("type", "value_error")),
             )
         )

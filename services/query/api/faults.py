@@ -3,13 +3,20 @@
 
 - :class:`HostileInput` (ASGI middleware) refuses, with 422 naming the field,
   any NUL byte or lone surrogate in the path, the query string or a JSON / form
-  body, and any JSON integer beyond 64 bits: PostgreSQL stores none of them, and
-  the answer would otherwise be a 500 from deep inside a statement.
+  (urlencoded or multipart) body, any JSON integer beyond 64 bits, and JSON nested
+  deeper than ``shared.storable.MAX_JSON_DEPTH`` (64) levels: PostgreSQL stores
+  none of the first ones, a row nested too deep could not be read back, and the
+  answer would otherwise be a 500 from deep inside a statement or an encoder. The
+  check is ``shared.storable.find_problem``, the one the toolbox runs on a tool
+  call's arguments (also when they come as a JSON string, and over MCP).
 - Every ``/v1`` error has the one error body, ``edges.ErrorOut`` (``error``,
   ``detail``, for 422 ``errors`` naming each field), declared in the OpenAPI for
   each operation (400, 404, 410 and 503 here; ``edges`` adds 401/403/413/422).
 - PostgreSQL or Redis unreachable (refused, reset, pool closing, timeouts) is
   ``503`` with ``Retry-After``, never a 500 or a dropped connection.
+- Anything else a request raises is a bug: answered 500 with the same error body
+  and counted on ``engram_http_server_errors_total`` (alerted on in
+  ``deploy/prometheus/alerts.yml``).
 
 ``install(app)`` wires all three; the query service's ``create_app`` calls it.
 """
@@ -17,7 +24,8 @@
 from __future__ import annotations
 
 import json
-import math
+import logging
+import re
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
@@ -29,12 +37,17 @@ from fastapi.dependencies.models import Dependant
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
+from prometheus_client import CollectorRegistry, Counter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute
 
 from services.query.api.auth import acting_user
 from services.query.api.edges import ErrorOut
-from shared.errors import InfrastructureError
+from shared.erasure import ERASED_MESSAGE, erased_write
+from shared.errors import InfrastructureError, UserErased
+from shared.storable import MAX_JSON_DEPTH, Loc, find_problem
+
+log = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -43,7 +56,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 RETRY_AFTER_S = 5
-INT64 = 2**63 - 1
 
 ERROR_NAMES = {
     400: "invalid_request",
@@ -55,6 +67,7 @@ ERROR_NAMES = {
     410: "gone",
     413: "too_large",
     415: "unsupported_media_type",
+    500: "internal_error",
     422: "invalid_request",
     429: "too_many_requests",
     503: "unavailable",
@@ -65,7 +78,8 @@ DOCUMENTED = {
     "401": "No valid API key",
     "403": "The key may not do this",
     "404": "No such thing for this user (the same whether or not it exists for another)",
-    "410": "The user this call acts for was erased (an admin key naming it); re-enable it first",
+    "410": "The user this call acts for was erased (an admin key naming it, or a write "
+    "racing the erasure); re-enable it first",
     "413": "The request body is too large",
     "422": "A field is invalid (each entry of errors names its field)",
     "503": "PostgreSQL or Redis is unreachable; retry after Retry-After seconds",
@@ -88,46 +102,6 @@ UNREACHABLE: tuple[type[Exception], ...] = (
 )
 
 
-def _text_problem(value: str) -> str | None:
-    if "\x00" in value:
-        return "must not contain NUL characters"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "must be valid Unicode text (no lone surrogates)"
-    return None
-
-
-Loc = tuple[str | int, ...]
-
-
-def find_problem(value: Any, loc: Loc) -> tuple[Loc, str] | None:
-    """The first value under ``value`` PostgreSQL would refuse, with its path."""
-    if isinstance(value, str):
-        problem = _text_problem(value)
-        return (loc, problem) if problem else None
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return (loc, "is out of range") if abs(value) > INT64 else None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else (loc, "must be a finite number")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            problem = _text_problem(k)
-            if problem:
-                return ((*loc, "<key>"), problem)
-            found = find_problem(v, (*loc, k))
-            if found:
-                return found
-    if isinstance(value, list):
-        for i, v in enumerate(value):
-            found = find_problem(v, (*loc, i))
-            if found:
-                return found
-    return None
-
-
 def _refusal(loc: Loc, msg: str) -> JSONResponse:
     where = ".".join(str(p) for p in loc[1:]) or loc[0]
     return JSONResponse(
@@ -142,6 +116,10 @@ def _refusal(loc: Loc, msg: str) -> JSONResponse:
 
 class HostileInput:
     """Refuse what PostgreSQL cannot store before any handler sees it (see module doc)."""
+
+    # MCP's body is JSON-RPC: a tool call's bad arguments are the tool's error
+    # (``isError``), checked by the toolbox with the same ``find_problem``.
+    OWN_BODY_CHECK = ("/mcp",)
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -158,7 +136,11 @@ class HostileInput:
                 if found:
                     break
         body: bytes | None = None
-        if found is None and scope.get("method") in ("POST", "PUT", "PATCH", "DELETE"):
+        if (
+            found is None
+            and scope.get("method") in ("POST", "PUT", "PATCH", "DELETE")
+            and scope.get("path") not in self.OWN_BODY_CHECK
+        ):
             try:
                 body, more = await _read_body(receive)
             except Exception:  # e.g. over the body limit: the outer middleware answers 413
@@ -207,15 +189,38 @@ def _body_problem(scope: Scope, body: bytes) -> tuple[Loc, str] | None:
     if ctype == b"application/json" or ctype.endswith(b"+json"):
         try:
             data = json.loads(body)
-        except (ValueError, UnicodeDecodeError, RecursionError):
+        except RecursionError:
+            return ("body",), f"is nested deeper than {MAX_JSON_DEPTH} levels"
+        except (ValueError, UnicodeDecodeError):
             return None  # not JSON: the route's validation says so
         return find_problem(data, ("body",))
+    if ctype == b"multipart/form-data":
+        return _multipart_problem(body)
     if ctype == b"application/x-www-form-urlencoded":
         text = body.decode("utf-8", "surrogateescape")
         for key, value in parse_qsl(text, keep_blank_values=True, errors="surrogateescape"):
             found = find_problem(key, ("body",)) or find_problem(value, ("body", key))
             if found:
                 return found
+    return None
+
+
+_PART_NAME = re.compile(rb'name="([^"]{1,100})"')
+
+
+def _multipart_problem(body: bytes) -> tuple[Loc, str] | None:
+    """A multipart form's fields hold text here (nothing takes a file upload): each
+    part's value is checked as UTF-8 text, named by its part's field name."""
+    for part in re.split(rb"\r?\n--", body):
+        head, sep, value = part.partition(b"\r\n\r\n")
+        if not sep:
+            continue
+        found = _PART_NAME.search(head)
+        name = found.group(1).decode("utf-8", "replace") if found else "body"
+        text = value.decode("utf-8", "surrogateescape")
+        problem = find_problem(text, ("body", name))
+        if problem:
+            return problem
     return None
 
 
@@ -244,9 +249,42 @@ def _acting_for_a_user(app: FastAPI) -> set[str]:
     return set(walk(app.routes))
 
 
-def install(app: FastAPI) -> None:
-    """The middleware, the error handlers and the documented error schema."""
+def install(
+    app: FastAPI, *, registry: CollectorRegistry, route_label: Callable[[Scope], str]
+) -> None:
+    """The middleware, the error handlers and the documented error schema; every
+    unhandled exception is answered 500 with the error body and counted on
+    ``engram_http_server_errors_total`` (``registry``), by route."""
     app.add_middleware(HostileInput)
+    server_errors = Counter(
+        "engram_http_server_errors_total",
+        "Requests answered 500 because the service raised (a bug: none is expected)",
+        ["route"],
+        registry=registry,
+    )
+    server_errors.labels("unmatched")  # the series exists at 0 from the start
+
+    async def crashed(request: Request, exc: Exception) -> Response:
+        # Starlette's outermost middleware calls this, sends the answer, then re-raises
+        # (the traceback is logged by the server).
+        route = route_label(request.scope)
+        server_errors.labels(route).inc()
+        log.error("%s %s answered 500", request.method, route, exc_info=exc)
+        return _error(500, "internal error: the service failed on this request")
+
+    app.add_exception_handler(Exception, crashed)
+
+    async def erased(request: Request, exc: Exception) -> Response:
+        return _error(410, ERASED_MESSAGE)
+
+    async def database_refused(request: Request, exc: Exception) -> Response:
+        # a write racing the erasure of its user: the row it references is gone
+        if erased_write(exc):
+            return await erased(request, exc)
+        return await crashed(request, exc)
+
+    app.add_exception_handler(UserErased, erased)
+    app.add_exception_handler(asyncpg.PostgresError, database_refused)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -4,7 +4,11 @@ Every request is authenticated like the API's (:mod:`services.query.api.auth`): 
 Bearer user key acts for its user; an admin key must name the user with
 ``X-Engram-User``. The tools run in process through the toolbox, the dispatch
 ``POST /v1/tools/call`` uses. The server is stateless (no MCP session to hijack:
-each POST carries its own key) and answers with JSON.
+each POST carries its own key) and answers with JSON. Having no session, it has no
+stream to offer either: ``GET /mcp`` (and ``DELETE``) answer 405, as the transport
+allows, instead of opening a stream that never sends. A tool's bad arguments (a NUL,
+a lone surrogate) come back as an ``isError`` result, as over stdio: the toolbox
+checks them, the request body is not refused before MCP reads it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from services.query.api.auth import acting_user, principal
@@ -49,11 +54,23 @@ class ToolboxBackend:
             raise ToolFailed(str(exc)) from exc
 
 
+class _Labelled(Route):
+    """A route that puts itself in the scope, as FastAPI's do, when it matches (or
+    answers 405): the request metrics label its requests ``/mcp``."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            child["route"] = self
+        return match, child
+
+
 class _KeyScoped:
     """ASGI: authenticate the API key, record the acting user, then serve MCP."""
 
     def __init__(self, manager: StreamableHTTPSessionManager) -> None:
         self.manager = manager
+        self.route = _Labelled(PATH, self, methods=["POST"], include_in_schema=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -117,10 +134,5 @@ def mount(app: FastAPI, rt: Runtime, *, max_body_bytes: int) -> None:
     runner = _ManagerTask(manager)
     rt.on_start.append(runner.start)
     rt.on_stop.insert(0, runner.stop)
-    # a Route whose endpoint is not a function serves it as an ASGI app
-    app.add_route(
-        PATH,
-        _KeyScoped(manager),  # type: ignore[arg-type]
-        methods=["GET", "POST", "DELETE"],
-        include_in_schema=False,
-    )
+    # a Route whose endpoint is not a function serves it as an ASGI app; POST only
+    app.router.routes.append(_KeyScoped(manager).route)

@@ -27,6 +27,7 @@ from services.query.tools.specs import ToolSpec
 from shared.errors import InvalidRequest, NotFound
 from shared.memory.vectors import ModelEmbedder
 from shared.memory.writer import Chat
+from shared.storable import MAX_JSON_DEPTH, find_problem
 from shared.streams import Publisher
 
 if TYPE_CHECKING:  # the context's tool guidance reads the tools' specs: no import cycle
@@ -84,7 +85,9 @@ class Tool:
 
 
 def parse_arguments(arguments: Any) -> dict[str, Any]:
-    """Arguments as a dict; OpenAI sends them as a JSON string."""
+    """Arguments as a dict; OpenAI sends them as a JSON string. Either way they pass
+    the one storable check (``shared.storable``): no NUL, no lone surrogate, no
+    64-bit overflow, no nesting past its bound, named in the error."""
     if arguments is None:
         return {}
     if isinstance(arguments, str):
@@ -94,8 +97,14 @@ def parse_arguments(arguments: Any) -> dict[str, Any]:
             raise ToolError(
                 f"arguments are not valid JSON: {exc.msg} at position {exc.pos}"
             ) from exc
+        except RecursionError:
+            raise ToolError(f"arguments are nested deeper than {MAX_JSON_DEPTH} levels") from None
     if not isinstance(arguments, dict):
         raise ToolError("arguments must be a JSON object")
+    found = find_problem(arguments, ("arguments",))
+    if found is not None:
+        where, problem = found
+        raise ToolError(f"{'.'.join(str(p) for p in where)} {problem}")
     return arguments
 
 

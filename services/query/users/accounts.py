@@ -10,20 +10,30 @@ the user's id: only a truncated hash, so the log can prove it happened.
 It stays erased (``shared.erasure``): a tombstone laid in the same transaction,
 after turns in flight for the user are stored, makes ingest drop the user's later
 events; after the commit the user's entries are deleted from every stream
-(dead-letter included). The answer lists the rows deleted per table (counted
-before the delete, so rows that went by cascade are listed too) and the stream
-entries deleted per stream.
+(dead-letter included), and Redis rewrites its files so the erased text leaves
+its disk too. The answer lists the rows deleted per table (counted before the
+delete, so rows that went by cascade are listed too) and the stream entries
+deleted per stream.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from typing import Any
 
 import asyncpg
 import redis.asyncio as aioredis
 
 from shared.db import audit
-from shared.erasure import audit_hash, begin_erasure, purge_streams, reenable_user
+from shared.erasure import (
+    audit_hash,
+    begin_erasure,
+    purge_streams,
+    reenable_user,
+    rewrite_persistence,
+)
 from shared.errors import NotFound
 from shared.settings import CommonSettings
 
@@ -42,6 +52,14 @@ ORDER BY c.table_name
 
 DELETE_USER = "DELETE FROM users WHERE id = $1 RETURNING id"
 
+log = logging.getLogger(__name__)
+
+
+ATTEMPTS = 5
+"""Tries of the erasing transaction: a writer that locks the user's rows in another
+order (the embedder storing a batch of vectors) can deadlock with it, and PostgreSQL
+then rolls one back; the erasure is tried again, never answered 500."""
+
 
 async def erase_user(
     pool: asyncpg.Pool,
@@ -53,9 +71,36 @@ async def erase_user(
 ) -> dict[str, Any]:
     """Delete the user and every row and stream entry of theirs, and keep them erased;
     NotFound if there is no such user."""
+    started = time.perf_counter()
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            counts = await _erase_rows(pool, user_id=user_id, actor=actor)
+            break
+        except asyncpg.TransactionRollbackError as exc:  # deadlock, serialization
+            if attempt == ATTEMPTS:
+                raise
+            log.info("erasure rolled back (%s); trying again", type(exc).__name__)
+            await asyncio.sleep(0.05 * attempt)
+    rows_s = time.perf_counter() - started
+    streams: dict[str, int] = {}
+    if redis is not None and settings is not None:
+        streams = await purge_streams(redis, settings, user_id)
+        await rewrite_persistence(redis)
+    log.info(
+        "erasure: rows %.2f s (attempt %d), streams %.2f s",
+        rows_s,
+        attempt,
+        time.perf_counter() - started - rows_s,
+    )
+    return {"erased": True, "rows": counts, "stream_entries": streams}
+
+
+async def _erase_rows(pool: asyncpg.Pool, *, user_id: str, actor: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     async with pool.acquire() as conn, conn.transaction():
+        waited = time.perf_counter()
         await begin_erasure(conn, user_id)
+        log.info("erasure: waited %.2f s for the user's writers", time.perf_counter() - waited)
         exists = await conn.fetchval("SELECT 1 FROM users WHERE id = $1 FOR UPDATE", user_id)
         if exists is None:
             raise NotFound(f"no user {user_id!r}")
@@ -77,10 +122,7 @@ async def erase_user(
             entity_id=None,
             details={"user_hash": audit_hash(user_id), "rows": counts},
         )
-    streams: dict[str, int] = {}
-    if redis is not None and settings is not None:
-        streams = await purge_streams(redis, settings, user_id)
-    return {"erased": True, "rows": counts, "stream_entries": streams}
+    return counts
 
 
 async def reenable(pool: asyncpg.Pool, *, user_id: str) -> dict[str, Any]:
