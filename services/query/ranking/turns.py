@@ -33,10 +33,10 @@ from typing import Any
 
 import asyncpg
 
-from services.query.periods import periods
 from services.query.ranking.fusion import Candidate, RankSpec, answer_of, fuse, ranked
 from services.query.ranking.specs import MESSAGE_MODES, MessageMode
 from services.query.ranking.sql import hnsw_walk, or_tsquery
+from shared.dates import periods
 from shared.db import Executor
 from shared.embeddings import vector_index
 from shared.errors import InvalidRequest
