@@ -41,6 +41,15 @@ def within(t: datetime) -> bool:
     return EARLIEST <= t < LATEST
 
 
+def bounded(t: datetime) -> datetime:
+    """``t`` in UTC (naive: read as UTC) if it lies in the bound; else ValueError naming
+    the bound (an API field so typed answers 422 naming the field, never 500)."""
+    t = t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+    if not within(t):
+        raise ValueError(f"must lie in {EARLIEST.year}-{LATEST.year - 1}")
+    return t
+
+
 def _at(d: date) -> datetime:
     return datetime(d.year, d.month, d.day, tzinfo=UTC)
 
@@ -264,6 +273,39 @@ def _around(prefix: str, span: Period) -> Period | None:
     except (ValueError, OverflowError):
         return None
     return out if EARLIEST <= out[0] and out[1] <= LATEST else None
+
+
+_EVENT = re.compile(
+    r"(?i)\bthe (day|week|month) (before|after) (?:the |my |our |his |her |their )?"
+    r"([a-z][\w'-]*(?: [a-z][\w'-]*){0,3}?)(?=[?.!,;]|\s+(?:and|or|when|while|did|was|were|"
+    r"is|i|we|you|he|she|they)\b|$)"
+)
+
+
+def event_anchors(text: str) -> list[tuple[str, str, str, str]]:
+    """ "the week before the launch": ``(unit, side, "launch", phrase)`` for each such
+    phrase whose anchor is an event, not a date (a date is read by :func:`periods`).
+    The caller finds when the event happened and calls :func:`around_event`; the
+    phrase says when, not what, so a search may leave its words out."""
+    out = []
+    for m in _EVENT.finditer(text):
+        if not periods(m.group(0)) and not relative(m.group(3)):
+            out.append((m.group(1).lower(), m.group(2).lower(), m.group(3), m.group(0)))
+    return out
+
+
+def around_event(unit: str, side: str, at: datetime) -> Period | None:
+    """The ``unit`` before / after the day of ``at`` (an event's time); None outside
+    the bound."""
+    if not within(at):
+        return None
+    day = _span(at.date(), "day")
+    return None if day is None else _around(f"the {unit} {side}", day)
+
+
+def relative(text: str) -> bool:
+    """Whether ``text`` holds a relative phrase :func:`periods` reads given a ``ref``."""
+    return _RELATIVE.search(text) is not None
 
 
 def periods(text: str, ref: datetime | None = None) -> list[Period]:

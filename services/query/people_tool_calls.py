@@ -24,7 +24,7 @@ from shared.memory.writer import Chat
 from shared.streams import Publisher
 
 _REMEMBER_ARGS = {"content", "facts", "subjects", "expires_in_days", "shared"}
-_RECALL_ARGS = {"query", "about"}
+_RECALL_ARGS = {"query", "about", "as_of"}
 
 REMEMBER = ToolSpec(
     name="remember",

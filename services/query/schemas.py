@@ -6,13 +6,22 @@ Pydantic validates them; a bad value becomes a 422 (HTTP) or a tool error
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from services.query.checkpoints_service import MAX_STEP
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
+from shared.dates import bounded
 from shared.memory.writer import MemoryType
+
+AsOf = Annotated[datetime, AfterValidator(bounded)]
+"""A point in time the answer is read at (``as_of``), within the one date bound."""
+AS_OF_TEXT = (
+    "read as of this time: memories valid then (superseded or expired since, or not), "
+    "turns up to it, relative dates in the question seen from it; omitted = now"
+)
 
 Text = Annotated[str, Field(max_length=20_000)]
 
