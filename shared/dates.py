@@ -253,9 +253,10 @@ _UNITS = {"day": timedelta(days=1), "week": timedelta(days=7)}
 
 
 def _around(prefix: str, span: Period) -> Period | None:
-    """ "the week before <span>": the week that ends where the span starts (after: the
-    week that starts where it ends); None when the text before the span says no such
-    thing or the result leaves the bound."""
+    """ "the week before <span>": the week that ends where the span starts, and the
+    span itself (after: the span and the week that starts where it ends): what
+    happened the week before X is often told on X ("last week I ..."). None when the
+    text before the span says no such thing or the result leaves the bound."""
     m = _AROUND.search(prefix)
     if m is None:
         return None
@@ -267,9 +268,9 @@ def _around(prefix: str, span: Period) -> Period | None:
             out = _span(step, "month")
             if out is None:
                 return None
-            return (out[0], lo) if side == "before" else (hi, out[1])
+            return (out[0], hi) if side == "before" else (lo, out[1])
         width = _UNITS[unit]
-        out = (lo - width, lo) if side == "before" else (hi, hi + width)
+        out = (lo - width, hi) if side == "before" else (lo, hi + width)
     except (ValueError, OverflowError):
         return None
     return out if EARLIEST <= out[0] and out[1] <= LATEST else None

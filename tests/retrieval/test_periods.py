@@ -74,7 +74,8 @@ def test_relative_phrases_are_read_against_the_conversations_own_now():
     assert periods("what happened last week") == []  # no reference, no reading
 
 
-def test_the_week_before_a_date_is_the_seven_days_that_end_where_it_starts():
-    assert periods("what did I do the week before May 8, 2023?") == [(d(2023, 5, 1), d(2023, 5, 8))]
-    assert periods("the day after 2023-05-08") == [(d(2023, 5, 9), d(2023, 5, 10))]
-    assert periods("the month before June 2023") == [(d(2023, 5, 1), d(2023, 6, 1))]
+def test_the_week_before_a_date_is_the_seven_days_before_it_and_the_day_itself():
+    """What happened the week before X is often told on X ("last week I ...")."""
+    assert periods("what did I do the week before May 8, 2023?") == [(d(2023, 5, 1), d(2023, 5, 9))]
+    assert periods("the day after 2023-05-08") == [(d(2023, 5, 8), d(2023, 5, 10))]
+    assert periods("the month before June 2023") == [(d(2023, 5, 1), d(2023, 7, 1))]
