@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from bench import extract_quality as quality
 from engram_cli.embedded import free_port
-from services.extractor.dates import resolve_relative_dates
+from shared.dates import resolve_relative_dates
 from shared.llm.client import OpenAIChatModel
 from shared.llm.jobs import LLMExtractor
 from shared.llm.offline import OfflineExtractor

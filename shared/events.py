@@ -29,13 +29,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
+from shared.dates import EARLIEST, LATEST
+
 Role = Literal["user", "assistant", "tool", "system"]
 EmbedKind = Literal["message", "memory", "episode"]
 EmbedReason = Literal["new", "rebuild", "backfill", "retry"]
 
 
-EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
-LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 MAX_TURN_CHARS = 100_000
 """The longest turn content ingest takes; a longer one is dead-lettered with the reason."""
 MAX_JSON_CHARS = 256_000

@@ -34,7 +34,7 @@ from datetime import datetime
 import asyncpg
 import numpy as np
 
-from services.extractor.dates import resolve_relative_dates
+from shared.dates import resolve_relative_dates
 from shared.db import Conn
 from shared.errors import EngramError, InvalidModelOutput, InvalidRequest
 from shared.llm.schemas import FactCandidate

@@ -35,11 +35,11 @@ from typing import Any
 
 import asyncpg
 
-from services.extractor.dates import resolve_relative_dates
 from services.extractor.facts import FactResult, apply_plan, plan_facts
 from services.extractor.metrics import ExtractorMetrics
 from services.extractor.narrative import regenerate_user_summary
 from services.extractor.stale_sweep import DUE
+from shared.dates import resolve_relative_dates
 from shared.errors import EngramError, InvalidModelOutput, ProviderError, ProviderUnavailable
 from shared.events import BatchResult, EmbedRequested, EmbedTarget, ExtractRequested, MemoryChanged
 from shared.llm.jobs import Extractor

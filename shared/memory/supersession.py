@@ -16,8 +16,10 @@ configured, asked from similarity 0.80 as Nous does) says so; without one it
 does not. The model call runs inside the caller's transaction, so it is kept to
 those rare undecided pairs.
 
-The older one gets ``superseded_at`` and ``superseded_by`` (the newer one's id)
-and leaves default retrieval; it stays in the table for history. Different
+The older one gets ``superseded_at`` and ``superseded_by`` (the newer one's id),
+its validity closes (``valid_to``: where the newer one's ``valid_from`` starts),
+and it leaves default retrieval; it stays in the table for history, and for
+``as_of`` reads of what was true before the change. Different
 subjects never conflict.
 
 The check needs the memory's vector. Call :func:`check_supersession` when the
@@ -202,11 +204,17 @@ WHERE o.user_id = m.user_id
 ORDER BY o.created_at DESC, o.id DESC
 """
 
+# Superseding closes the older one's validity where the newer one's starts (never
+# before it began itself, never after it expired): "what was true on T" then reads
+# the older value before the change and the newer one after (migration 0100).
 MARK = """
-UPDATE memory_items
-SET superseded_at = now(), superseded_by = $3, updated_at = now()
-WHERE user_id = $1 AND id = ANY($2::uuid[]) AND superseded_at IS NULL
-RETURNING id
+UPDATE memory_items o
+SET superseded_at = now(), superseded_by = $3, updated_at = now(),
+    valid_to = least(o.expires_at, greatest(o.valid_from, n.valid_from))
+FROM memory_items n
+WHERE o.user_id = $1 AND o.id = ANY($2::uuid[]) AND o.superseded_at IS NULL
+  AND n.id = $3 AND n.user_id = $1
+RETURNING o.id
 """
 
 LOCK = "SELECT pg_advisory_xact_lock(hashtext('engram.supersede:' || $1))"

@@ -75,21 +75,29 @@ t AS (
     INSERT INTO themes (user_id, slug, display_name) VALUES ($1, $2, $3)
     ON CONFLICT (user_id, slug) DO NOTHING
 ),
+e AS (
+    SELECT coalesce($21::timestamptz, CASE WHEN $22::int IS NULL THEN NULL
+                                           ELSE now() + make_interval(days => $22::int) END)
+           AS expires_at,
+           -- the event time: given, else the turn it was learned from, else now
+           coalesce($30::timestamptz,
+                    (SELECT s.occurred_at FROM messages s WHERE s.id = $29 AND s.user_id = $1),
+                    clock_timestamp()) AS valid_from
+),
 i AS (
     INSERT INTO memory_items AS m (
         user_id, theme, scope, provider, chat_id, namespace, type, category, key, content,
         data, tags, subjects, source, source_context, episode_id, confidence, importance,
         expires_at, last_verified_at, created_at, updated_at,
         embedding, embedding_state, embedding_provider, embedding_model, embedding_dims,
-        embedded_at, source_message_id)
+        embedded_at, source_message_id, valid_from, valid_to)
     VALUES ($1, $2, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-            coalesce($21::timestamptz, CASE WHEN $22::int IS NULL THEN NULL
-                                            ELSE now() + make_interval(days => $22::int) END),
+            (SELECT expires_at FROM e),
             CASE WHEN $23::bool THEN now() END,
             clock_timestamp(), clock_timestamp(),
             $24, CASE WHEN $24::vector IS NULL THEN 'pending' ELSE 'ready' END,
             $25, $26, $27, CASE WHEN $24::vector IS NULL THEN NULL ELSE clock_timestamp() END,
-            $29)
+            $29, (SELECT valid_from FROM e), (SELECT expires_at FROM e))
     {conflict}
     RETURNING m.id, m.created_at, m.expires_at, m.embedding_state, (m.xmax = 0) AS inserted
 ),
@@ -109,6 +117,14 @@ _UPSERT = """
         content = EXCLUDED.content, source = EXCLUDED.source, confidence = EXCLUDED.confidence,
         expires_at = EXCLUDED.expires_at, source_context = EXCLUDED.source_context,
         theme = EXCLUDED.theme, status = 'active', superseded_at = NULL, superseded_by = NULL,
+        -- a new value for the key: valid from now, the old one kept in data.replaced
+        valid_from = CASE WHEN m.content = EXCLUDED.content
+                          THEN m.valid_from ELSE EXCLUDED.valid_from END,
+        valid_to = EXCLUDED.valid_to,
+        data = CASE WHEN m.content = EXCLUDED.content THEN m.data
+                    ELSE m.data || jsonb_build_object('replaced', jsonb_build_object(
+                        'content', m.content, 'valid_from', m.valid_from,
+                        'valid_to', EXCLUDED.valid_from)) END,
         last_verified_at = now(), updated_at = now(),
         embedding_state = CASE WHEN m.content = EXCLUDED.content
                                THEN m.embedding_state ELSE EXCLUDED.embedding_state END,
@@ -170,6 +186,8 @@ class NewItem:
     embedded_by: tuple[str, str] | None = None
     source_message_id: int | None = None
     """The ``messages`` row it was learned from (the extractor's facts)."""
+    valid_from: datetime | None = None
+    """When it became true (None: the time of ``source_message_id``, else now)."""
     audit: dict[str, Any] = field(default_factory=dict)
     """Extra details for the audit line (type, theme and source are always there)."""
 
@@ -336,6 +354,7 @@ async def _store(
         len(vector) if vector is not None else None,
         details,
         item.source_message_id,
+        item.valid_from,
     )
     assert row is not None
     return row

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from services.extractor.dates import resolve_relative_dates
+from shared.dates import resolve_relative_dates
 from shared.llm.offline import extract_facts, summarize
 from shared.llm.transcript import Line, Transcript, from_messages
 from shared.memory.people import parse_reference

@@ -1,10 +1,10 @@
-"""The calendar periods a query names (services/query/ranking/periods.py)."""
+"""The calendar periods a query names (shared/dates.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from services.query.ranking.periods import periods
+from shared.dates import periods
 
 
 def d(y: int, m: int, day: int = 1) -> datetime:
@@ -43,3 +43,39 @@ def test_no_period_without_a_year_or_in_numbers_that_are_not_dates():
         assert periods(text) == [], text
     # an impossible day falls back to the month it names
     assert periods("on 31 February 2023") == [(d(2023, 2), d(2023, 3))]
+
+
+def test_a_date_outside_the_one_bound_is_no_date_and_never_an_error():
+    """Issue 29.4: no arithmetic on a parsed date can overflow."""
+    ref = d(2199, 12, 31)
+    for text in (
+        "9999-12-31",
+        "on December 31, 9999",
+        "31 December 9999",
+        "December 9999",
+        "0000-01-01",
+        "0001-01-01",
+        "the week before 9999-12-31",
+        "in 999 years",
+        "999 years ago",
+        "tomorrow",
+        "next year",
+    ):
+        assert periods(text, ref) == [], text
+    assert periods("yesterday", d(1900, 1, 1)) == []
+    assert periods("yesterday", datetime(9999, 12, 31, tzinfo=UTC)) == []
+
+
+def test_relative_phrases_are_read_against_the_conversations_own_now():
+    ref = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)  # a Monday
+    assert periods("what did I do last week?", ref) == [(d(2023, 5, 1), d(2023, 5, 8))]
+    assert periods("yesterday", ref) == [(d(2023, 5, 7), d(2023, 5, 8))]
+    assert periods("three months ago", ref) == [(d(2023, 2), d(2023, 3))]
+    assert periods("what happened last week") == []  # no reference, no reading
+
+
+def test_the_week_before_a_date_is_the_seven_days_before_it_and_the_day_itself():
+    """What happened the week before X is often told on X ("last week I ...")."""
+    assert periods("what did I do the week before May 8, 2023?") == [(d(2023, 5, 1), d(2023, 5, 9))]
+    assert periods("the day after 2023-05-08") == [(d(2023, 5, 8), d(2023, 5, 10))]
+    assert periods("the month before June 2023") == [(d(2023, 5, 1), d(2023, 7, 1))]

@@ -37,6 +37,7 @@ from services.query.people.recall import subject_people
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
 from services.query.ranking.specs import CONTEXT_TURNS
 from services.query.ranking.turns import MessageHit, rank_turns
+from shared.dates import asks_order
 from shared.db import Executor
 from shared.memory.people import Person, list_people
 
@@ -119,13 +120,69 @@ def memory_label(hit: MemoryHit, people: dict[uuid.UUID, Person]) -> str:
     return f"[{label}]"
 
 
-def message_line(turn: Turn) -> str:
+def memory_text(hit: MemoryHit) -> str:
+    """A memory's line text; one that replaced an earlier value says which and when
+    ("... (updated 2024-05-10; before: deadline is 1 June, from 2024-04-02)"), so the
+    newest is read as the newest, not beside the old as an equal."""
+    text = _one_line(hit.content)
+    old = hit.replaced
+    if old is None:
+        return text
+    since = hit.valid_from.date().isoformat() if hit.valid_from else "later"
+    held = f", from {old.valid_from.date().isoformat()}" if old.valid_from else ""
+    return f"{text} (updated {since}; before: {_one_line(old.content)}{held})"
+
+
+def in_time_order(
+    turns: list[Turn], order: list[tuple[str, int]]
+) -> tuple[list[Turn], list[tuple[str, int]]]:
+    """The turns oldest first, and the budget's order renumbered to match (the budget
+    is still spent by relevance; only the layout follows time)."""
+    by_time = sorted(range(len(turns)), key=lambda i: (turns[i].occurred_at, turns[i].id))
+    new = {old: n for n, old in enumerate(by_time)}
+    renumbered = [(name, new[i]) if name == "messages" else (name, i) for name, i in order]
+    return [turns[i] for i in by_time], renumbered
+
+
+def message_line(turn: Turn, note: str = "") -> str:
     """``- [Past message, user, 2023-05-08] Caroline: ...``; a turn next to a hit is
-    indented under it."""
+    indented under it; ``note`` says when a later turn replaced what it says."""
     when = turn.occurred_at.date().isoformat()
     who = f"{turn.display_name}: " if turn.display_name else ""
     indent = "  " if turn.neighbour_of is not None else ""
-    return f"{indent}- [Past message, {turn.role}, {when}] {who}{_one_line(turn.content)}"
+    text = f"{indent}- [Past message, {turn.role}, {when}] {who}{_one_line(turn.content)}"
+    return f"{text} {note}" if note else text
+
+
+def updates(turns: list[Turn], memories: list[MemoryHit]) -> tuple[list[Turn], dict[int, str]]:
+    """Turns whose value a later turn replaced (a memory learned from the later one
+    superseded the one learned from the earlier): the later turn is moved just above
+    the earlier one if it ranked below it, and the earlier one is marked
+    "[replaced on <date>]", so the newest reads as the newest, not as an equal."""
+    groups: list[list[Turn]] = []  # a hit with the turns shown around it
+    for t in turns:
+        key = t.neighbour_of if t.neighbour_of is not None else t.id
+        if groups and (groups[-1][0].neighbour_of or groups[-1][0].id) == key:
+            groups[-1].append(t)
+        else:
+            groups.append([t])
+
+    def place(turn_id: int) -> int | None:
+        for n, g in enumerate(groups):
+            if any(t.id == turn_id and t.neighbour_of is None for t in g):
+                return n
+        return None
+
+    notes: dict[int, str] = {}
+    for m in memories:
+        old = m.replaced.source_message_id if m.replaced else None
+        if old is None or m.source_turn is None or place(old) is None:
+            continue
+        notes[old] = f"[replaced on {m.source_turn.occurred_at.date().isoformat()}]"
+        o, n = place(old), place(m.source_turn.id)
+        if o is not None and n is not None and n > o:
+            groups.insert(o, groups.pop(n))
+    return [t for g in groups for t in g], notes
 
 
 def serves(hit: MessageHit) -> bool:
@@ -146,6 +203,7 @@ async def past_turns(
     qv: QueryVector,
     *,
     limit: int = MIN_MESSAGES,
+    as_of: datetime | None = None,
 ) -> list[Turn]:
     """The turn hits for ``message``, each followed by the turns around it when
     that serves (see ``serves``), without repeats."""
@@ -157,6 +215,7 @@ async def past_turns(
         vector=qv.vector,
         limit=limit + 5,
         found_only=True,
+        as_of=as_of,
     )
     hits = [h for h in hits if h.role in ROLES and h.content and h.content != message]
     hits = hits[:limit]
@@ -234,7 +293,9 @@ async def assemble_auto(
             return []
         async with pool.acquire() as conn:
             limit = turn_hits(query.token_budget)
-            return await past_turns(conn, user_id, query.message, qv, limit=limit)
+            return await past_turns(
+                conn, user_id, query.message, qv, limit=limit, as_of=query.as_of
+            )
 
     async def memory_part() -> tuple[list[MemoryHit], dict[uuid.UUID, Person], list[Person]]:
         async with pool.acquire() as conn:
@@ -248,6 +309,7 @@ async def assemble_auto(
                 chat=chat,
                 member=member,
                 limit=MAX_MEMORIES,
+                as_of=query.as_of,
             )
             # the relevant ones first (a stable sort keeps each part's ranking)
             memories.sort(key=lambda m: not m.relevant)
@@ -257,23 +319,29 @@ async def assemble_auto(
     # The turns and the memories on two connections at once (each part holds one
     # connection at a time, so a busy pool cannot deadlock): PostgreSQL runs both.
     turns, (memories, subjects, people) = await asyncio.gather(turn_part(), memory_part())
+    turns, notes = updates(turns, memories)
+    order = allocation(people, memories, turns)
+    header = "## Related Past Messages\n"
+    if asks_order(query.message):  # dated evidence in time order, spent by relevance
+        turns, order = in_time_order(turns, order)
+        header = "## Related Past Messages (oldest first)\n"
     blocks = [
         people_block(people),
         Block(
             name="memories",
             header="## Relevant Context from Memory\n",
-            lines=[f"- {memory_label(m, subjects)} {_one_line(m.content)}" for m in memories],
+            lines=[f"- {memory_label(m, subjects)} {memory_text(m)}" for m in memories],
         ),
         Block(
             name="messages",
-            header="## Related Past Messages\n",
-            lines=[message_line(t) for t in turns],
+            header=header,
+            lines=[message_line(t, notes.get(t.id, "")) for t in turns],
         ),
     ]
     fitted = fit_by_priority(
         blocks,
         query.token_budget,
-        allocation(people, memories, turns),
+        order,
         caps={"known_people": people_cap(blocks[0], query.token_budget)},
     )
     kept_people = [people[i] for i in fitted.kept["known_people"]]
@@ -301,6 +369,9 @@ async def assemble_auto(
                     "relevant": m.relevant,
                     "source_turn": m.source_turn.public() if m.source_turn else None,
                     "created_at": m.created_at.isoformat(),
+                    "valid_from": m.valid_from.isoformat() if m.valid_from else None,
+                    "valid_to": m.valid_to.isoformat() if m.valid_to else None,
+                    "replaced": m.replaced.public() if m.replaced else None,
                 }
                 for m in kept_memories
             ],

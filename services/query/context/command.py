@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from shared.memory.writer import Chat
@@ -24,3 +25,5 @@ class ContextQuery:
     policy: Policy = "auto"
     token_budget: int = 2_000
     agent_run_id: str | None = None
+    as_of: datetime | None = None
+    """auto policy: read as of this time (memories valid then, turns before it)."""

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from services.query.context.command import ContextQuery, Policy
 from services.query.people.calls import ChatIn
+from shared.dates import AS_OF_TEXT, AsOf
 
 
 class ContextIn(BaseModel):
@@ -29,6 +30,7 @@ class ContextIn(BaseModel):
         description="tools policy: theme hints are refreshed once per agent run "
         "(once per day without one)",
     )
+    as_of: AsOf | None = Field(default=None, description="auto policy: " + AS_OF_TEXT)
 
     def command(self) -> ContextQuery:
         return ContextQuery(
@@ -37,6 +39,7 @@ class ContextIn(BaseModel):
             policy=self.policy,
             token_budget=self.token_budget,
             agent_run_id=self.agent_run_id,
+            as_of=self.as_of,
         )
 
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.query.people.recall import recall
 from services.query.people.remember import MAX_DAYS, Fact, Remembered, remember
+from shared.dates import AS_OF_TEXT, AsOf
 from shared.memory.membership import require_member
 from shared.memory.vectors import ModelEmbedder
 from shared.memory.writer import Chat, publish_written
@@ -115,6 +116,7 @@ class RecallIn(BaseModel):
     include_superseded: bool = Field(
         default=False, description="also return memories a newer one replaced (history)"
     )
+    as_of: AsOf | None = Field(default=None, description=AS_OF_TEXT)
 
 
 def remembered_json(result: Remembered) -> dict[str, Any]:
@@ -194,5 +196,6 @@ async def do_recall(
         embedding_dim=embedding_dim,
         include_superseded=body.include_superseded,
         limit=body.limit,
+        as_of=body.as_of,
     )
     return result.public()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -80,6 +81,7 @@ async def recall(
     embedding_dim: int = 384,
     include_superseded: bool = False,
     limit: int = 5,
+    as_of: datetime | None = None,
 ) -> Recalled:
     """Search ``user_id``'s visible memories for ``query``; see the module doc."""
     if len(query) > MAX_QUERY:
@@ -100,6 +102,7 @@ async def recall(
         subject=person.id if person else None,
         include_superseded=include_superseded,
         limit=limit,
+        as_of=as_of,
     )
     return Recalled(
         hits=hits,

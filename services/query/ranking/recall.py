@@ -36,11 +36,15 @@ from shared.memory.writer import Chat
 # $1 user, $2 query vector (or NULL), $3 query text, $4 chat provider, $5 chat id,
 # $6 caller is a member of that chat, $7 subject person (or NULL),
 # $8 include superseded, $9 candidates per signal, $10 embedding model of $2,
-# $11 memory types (or NULL), $12 newest rows taken as candidates
+# $11 memory types (or NULL), $12 newest rows taken as candidates, $13 as_of (or NULL:
+# what holds now; a time: what was valid then, superseded or expired since or not)
 _LIVE = """
     AND m.status = 'active'
-    AND (m.expires_at IS NULL OR m.expires_at > now())
-    AND ($8::bool OR m.superseded_at IS NULL)
+    AND CASE WHEN $13::timestamptz IS NULL
+             THEN (m.expires_at IS NULL OR m.expires_at > now())
+                  AND ($8::bool OR m.superseded_at IS NULL)
+             ELSE m.valid_from <= $13::timestamptz
+                  AND (m.valid_to IS NULL OR m.valid_to > $13::timestamptz) END
     AND ($7::uuid IS NULL OR $7::uuid = ANY (m.subjects))
     AND ($11::text[] IS NULL OR m.type = ANY ($11::text[]))
 """
@@ -103,10 +107,19 @@ SELECT m.id, m.user_id, m.scope, m.provider, m.chat_id, m.theme, m.type, m.conte
             THEN (m.embedding <=> $2::vector)::float8 END AS dist,
        coalesce(ts_rank_cd(m.fts, q.tsq), 0)::float8 AS text_rank,
        m.source_message_id, s.external_id AS source_external_id,
-       s.occurred_at AS source_occurred_at, s.content AS source_content
+       s.occurred_at AS source_occurred_at, s.content AS source_content,
+       m.valid_from, m.valid_to, p.content AS replaced_content,
+       p.valid_from AS replaced_from, p.valid_to AS replaced_to,
+       p.source_message_id AS replaced_turn
 FROM memory_items m JOIN candidates c USING (id)
      -- the turn the memory was learned from (the owner's own, never another user's)
-     LEFT JOIN messages s ON s.id = m.source_message_id AND s.user_id = m.user_id, q
+     LEFT JOIN messages s ON s.id = m.source_message_id AND s.user_id = m.user_id
+     -- the value it replaced (the newest of those it superseded)
+     LEFT JOIN LATERAL (
+         SELECT o.content, o.valid_from, o.valid_to, o.source_message_id FROM memory_items o
+         WHERE o.superseded_by = m.id AND o.user_id = m.user_id
+         ORDER BY o.valid_from DESC, o.id DESC LIMIT 1
+     ) AS p ON true, q
 """
 
 
@@ -129,6 +142,43 @@ class SourceTurn:
 
 
 @dataclass(frozen=True)
+class Replaced:
+    """The earlier value a memory replaced: what it said and when it held."""
+
+    content: str
+    valid_from: datetime | None
+    valid_to: datetime | None
+    source_message_id: int | None = None  # the turn the earlier value was learned from
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "content": self.content,
+            "valid_from": self.valid_from.isoformat() if self.valid_from else None,
+            "valid_to": self.valid_to.isoformat() if self.valid_to else None,
+        }
+
+
+def replaced_of(r: asyncpg.Record) -> Replaced | None:
+    """The value row ``r`` replaced: a superseded memory, or a fact's earlier value
+    (kept in ``data.replaced`` by the writer's upsert)."""
+    if r["replaced_content"] is not None:
+        return Replaced(
+            r["replaced_content"], r["replaced_from"], r["replaced_to"], r["replaced_turn"]
+        )
+    old = (r["data"] or {}).get("replaced")
+    if isinstance(old, dict) and isinstance(old.get("content"), str):
+        return Replaced(old["content"], _time(old.get("valid_from")), _time(old.get("valid_to")))
+    return None
+
+
+def _time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
 class MemoryHit:
     id: uuid.UUID
     owner: str
@@ -147,6 +197,9 @@ class MemoryHit:
     score: float
     matched: bool = False  # a word of the query is in it
     source_turn: SourceTurn | None = None  # the turn it was learned from, if known
+    valid_from: datetime | None = None  # when it became true (the event time)
+    valid_to: datetime | None = None  # when it stopped (superseded or expired)
+    replaced: Replaced | None = None  # the value it replaced, if it replaced one
 
     @property
     def relevant(self) -> bool:
@@ -176,6 +229,7 @@ async def search_memories(
     types: list[str] | None = None,
     limit: int = 10,
     spec: RankSpec = ASH_RECALL,
+    as_of: datetime | None = None,
 ) -> list[MemoryHit]:
     """The ``limit`` best visible memories for ``query`` under ``spec`` (module doc)."""
     args = (
@@ -189,6 +243,7 @@ async def search_memories(
         model,
         types,
         limit * spec.recent_per_hit,
+        as_of,
     )
     if vector is None:
         rows = await conn.fetch(_sql(1), user_id, None, *args)
@@ -234,6 +289,9 @@ def _memory(r: asyncpg.Record, c: Candidate[uuid.UUID]) -> MemoryHit:
             r["source_occurred_at"],
             r["source_content"],
         ),
+        valid_from=r["valid_from"],
+        valid_to=r["valid_to"],
+        replaced=replaced_of(r),
     )
 
 
@@ -264,4 +322,7 @@ def hit_json(hit: MemoryHit, names: dict[uuid.UUID, Any]) -> dict[str, Any]:
         "similarity": hit.similarity,
         "score": round(hit.score, 6),
         "source_turn": hit.source_turn.public() if hit.source_turn else None,
+        "valid_from": hit.valid_from.isoformat() if hit.valid_from else None,
+        "valid_to": hit.valid_to.isoformat() if hit.valid_to else None,
+        "replaced": hit.replaced.public() if hit.replaced else None,
     }

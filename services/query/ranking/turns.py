@@ -34,9 +34,9 @@ from typing import Any
 import asyncpg
 
 from services.query.ranking.fusion import Candidate, RankSpec, answer_of, fuse, ranked
-from services.query.ranking.periods import periods
 from services.query.ranking.specs import MESSAGE_MODES, MessageMode
 from services.query.ranking.sql import hnsw_walk, or_tsquery
+from shared.dates import around_event, event_anchors, periods, relative
 from shared.db import Executor
 from shared.embeddings import vector_index
 from shared.errors import InvalidRequest
@@ -229,6 +229,14 @@ FROM candidates c JOIN messages t ON t.id = c.id AND t.user_id = $1 CROSS JOIN q
 {after}
 """
 
+# The conversation's own "now" for relative dates in a query ("last week"): the
+# user's latest turn (in the chat searched, before the time read as of).
+NOW = """
+SELECT max(m.occurred_at) FROM messages m
+WHERE m.user_id = $1 AND ($2::text IS NULL OR m.chat_id = $2)
+  AND ($3::timestamptz IS NULL OR m.occurred_at < $3)
+"""
+
 ROWS = """
 SELECT m.id, m.external_id, m.episode_id, m.chat_id, m.role, m.display_name, m.content,
        m.occurred_at
@@ -273,6 +281,7 @@ class MessageQuery:
     episode_id: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    as_of: datetime | None = None
 
     def __post_init__(self) -> None:
         if not self.query.strip():
@@ -356,6 +365,7 @@ async def search_messages(
         episode_id=q.episode_id,
         since=q.since,
         until=q.until,
+        as_of=q.as_of,
     )
     return MessageResult(mode, hits)
 
@@ -372,17 +382,26 @@ async def rank_turns(
     episode_id: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    as_of: datetime | None = None,
     found_only: bool = False,
 ) -> list[MessageHit]:
     """The ``limit`` best turns of ``user_id`` for ``query`` under ``spec``.
 
+    ``as_of``: only turns before it, and relative dates in the query seen from it
+    (without it, from the user's latest turn: the conversation's own now).
     ``found_only``: leave out turns reached only as a neighbour of a hit, except
     the turn right after a found question (its likely answer)."""
-    named = periods(query) if spec.date_lift > 0 else []
+    if as_of is not None and (until is None or as_of < until):
+        until = as_of
+    named, words = (
+        await query_periods(conn, user_id, query, chat_id=chat_id, until=until)
+        if spec.date_lift > 0
+        else ([], query)
+    )
     use_vector = vector if spec.w_sem > 0 else None
     args: list[Any] = [
         user_id,
-        query if spec.w_lex > 0 else None,
+        words if spec.w_lex > 0 else None,
         use_vector,
         chat_id,
         episode_id,
@@ -409,6 +428,35 @@ async def rank_turns(
     by_id = {r["id"]: r for r in found}
     cos = {int(r["id"]): float(r["cos"]) for r in rows if r["cos"] is not None}
     return [_hit(by_id[c.id], c, cos.get(c.id), c.id in answers) for c in best if c.id in by_id]
+
+
+async def query_periods(
+    conn: Executor, user_id: str, query: str, *, chat_id: str | None, until: datetime | None
+) -> tuple[list[tuple[datetime, datetime]], str]:
+    """The periods ``query`` names, a relative one ("last week") read from the
+    conversation's own now (:data:`NOW`), never the wall clock; "the week before the
+    launch" from the time of the turn that best matches "launch" (BM25). And the
+    query's words for the lexical side: an event read as a time is left out of them
+    (the launch says when, not what is asked)."""
+    ref = await conn.fetchval(NOW, user_id, chat_id, until) if relative(query) else None
+    found = periods(query, ref)
+    words = query
+    for unit, side, event, phrase in event_anchors(query):
+        hits = await rank_turns(
+            conn,
+            MESSAGE_MODES["bm25"],
+            user_id=user_id,
+            query=event,
+            vector=None,
+            limit=1,
+            chat_id=chat_id,
+            until=until,
+        )
+        span = around_event(unit, side, hits[0].occurred_at) if hits else None
+        if span is not None:
+            found.append(span)
+            words = words.replace(phrase, " ")
+    return found, words
 
 
 def score_rows(

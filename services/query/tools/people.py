@@ -17,7 +17,7 @@ from services.query.tools.registry import Tool, ToolContext
 from services.query.tools.specs import ToolSpec
 
 _REMEMBER_ARGS = {"content", "facts", "subjects", "expires_in_days", "shared"}
-_RECALL_ARGS = {"query", "about"}
+_RECALL_ARGS = {"query", "about", "as_of"}
 
 REMEMBER = ToolSpec(
     name="remember",

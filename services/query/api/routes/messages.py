@@ -13,6 +13,7 @@ from services.query.api import responses as R
 from services.query.api.auth import UserId
 from services.query.api.deps import Pool, State
 from services.query.ranking import turns as ms
+from shared.dates import AS_OF_TEXT, AsOf
 
 router = APIRouter(prefix="/v1/messages", tags=["messages"])
 
@@ -32,6 +33,7 @@ class MessageSearchIn(BaseModel):
     episode_id: uuid.UUID | None = Field(default=None, description="only turns of this episode")
     since: datetime | None = Field(default=None, description="only turns at or after this time")
     until: datetime | None = Field(default=None, description="only turns before this time")
+    as_of: AsOf | None = Field(default=None, description=AS_OF_TEXT)
 
     def query_(self) -> ms.MessageQuery:
         return ms.MessageQuery(
@@ -42,6 +44,7 @@ class MessageSearchIn(BaseModel):
             episode_id=str(self.episode_id) if self.episode_id else None,
             since=self.since,
             until=self.until,
+            as_of=self.as_of,
         )
 
 
