@@ -7,11 +7,11 @@ import asyncio
 import json
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from engram_cli.embedded import with_running_stack
 from shared.db import connect
+from shared.redis_client import connect_redis
 from shared.settings import CommonSettings
+from shared.stream_registry import DEAD
 from shared.streams import EVENT_FIELD
 
 
@@ -45,8 +45,8 @@ async def show_messages(settings: CommonSettings, user_id: str, limit: int) -> N
 
 
 async def show_dead(settings: CommonSettings, count: int, replay: bool) -> None:
-    redis = aioredis.from_url(settings.require_redis_url())
-    key = settings.stream("dead")
+    redis = connect_redis(settings)
+    key = DEAD.key(settings)
     try:
         entries: list[Any] = list(await redis.xrevrange(key, count=count) or [])
         for entry_id, fields in reversed(entries):
