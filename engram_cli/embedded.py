@@ -93,6 +93,8 @@ class EmbeddedRedis:
     data_dir: Path
     port: int
     process: subprocess.Popen[bytes] | None = None
+    extra: tuple[str, ...] = ()
+    """more ``redis-server`` arguments (a cluster node's ``--cluster-enabled yes`` ...)"""
 
     @property
     def url(self) -> str:
@@ -116,6 +118,7 @@ class EmbeddedRedis:
             "yes" if persistent else "no",
             "--logfile",
             str((self.data_dir / "redis.log").resolve()),
+            *self.extra,
         ]
         self.process = subprocess.Popen(
             args,
