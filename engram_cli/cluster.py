@@ -12,12 +12,15 @@ waits for it to be whole.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 from redis.crc import key_slot
@@ -57,7 +60,8 @@ class EmbeddedRedisCluster:
 
     def start(self, *, detach: bool = False) -> str:
         if len(self.ports) != 2 * self.masters:
-            raise ValueError(f"{self.masters} masters with a replica each need {2 * self.masters} ports")
+            need = 2 * self.masters
+            raise ValueError(f"{self.masters} masters with a replica each need {need} ports")
         extra = (
             "--cluster-enabled",
             "yes",
@@ -88,22 +92,27 @@ class EmbeddedRedisCluster:
         masters, replicas = self.ports[: self.masters], self.ports[self.masters :]
         per = SLOTS // self.masters
         for i, port in enumerate(self.ports):
-            self._client(port).execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
+            self._cmd(port, "CLUSTER", "SET-CONFIG-EPOCH", i + 1)
         for i, port in enumerate(masters):
             last = SLOTS - 1 if i == self.masters - 1 else (i + 1) * per - 1
-            self._client(port).execute_command("CLUSTER", "ADDSLOTSRANGE", i * per, last)
-        first = self._client(self.ports[0])
+            self._cmd(port, "CLUSTER", "ADDSLOTSRANGE", i * per, last)
         for port in self.ports[1:]:
-            first.execute_command("CLUSTER", "MEET", "127.0.0.1", port)
+            self._cmd(self.ports[0], "CLUSTER", "MEET", "127.0.0.1", port)
         self._until(lambda: self._knows_all(), "the nodes to meet")
         for master, replica in zip(masters, replicas, strict=True):
-            master_id = self._client(master).execute_command("CLUSTER", "MYID")
+            master_id = self._cmd(master, "CLUSTER", "MYID")
             # the replica must have heard of its master before it can follow it
             self._until(
-                lambda r=replica, m=master_id: m in self._client(r).execute_command("CLUSTER", "NODES"),
+                functools.partial(self._sees, replica, master_id),
                 "the replicas to learn their masters",
             )
-            self._client(replica).execute_command("CLUSTER", "REPLICATE", master_id)
+            self._cmd(replica, "CLUSTER", "REPLICATE", master_id)
+
+    def _sees(self, port: int, node_id: str) -> bool:
+        return node_id in str(self._cmd(port, "CLUSTER", "NODES"))
+
+    def _cmd(self, port: int, *args: str | int) -> Any:
+        return self._client(port).execute_command(*args)  # type: ignore[no-untyped-call]
 
     def _knows_all(self) -> bool:
         return all(
@@ -128,12 +137,12 @@ class EmbeddedRedisCluster:
                 synced += 1
         return synced >= min(self.masters, len(live) - self.masters)
 
-    def _until(self, ok: object, what: str, timeout: float = 60.0) -> None:
+    def _until(self, ok: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while time.monotonic() < deadline:
             try:
-                if callable(ok) and ok():
+                if ok():
                     return
             except (redis.RedisError, OSError) as exc:
                 last = exc
@@ -144,7 +153,7 @@ class EmbeddedRedisCluster:
         """The node that holds ``key``'s slot now."""
         slot = key_slot(key.encode())
         for port in self._live_ports():
-            for start, end, master, *_ in self._client(port).execute_command("CLUSTER", "SLOTS"):
+            for start, end, master, *_ in self._cmd(port, "CLUSTER", "SLOTS"):
                 if start <= slot <= end:
                     return next(n for n in self.nodes if n.port == int(master[1]))
         raise InfrastructureError(f"no node serves slot {slot}")
