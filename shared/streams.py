@@ -49,7 +49,7 @@ from faststream.message import StreamMessage
 from faststream.redis import RedisBroker, StreamSub
 from pydantic import TypeAdapter, ValidationError
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisClusterException
+from redis.exceptions import ClusterDownError, RedisClusterException, TryAgainError
 
 from shared.errors import EngramError, InfrastructureError, InvalidEvent
 from shared.events import BatchResult, Event, encode
@@ -148,26 +148,27 @@ class Publisher:
         a WAIT on each server written to, on the connection that wrote."""
         if not entries:
             return []
-        pipe = self._redis.pipeline(transaction=False)
-        for key, payload in entries:
-            pipe.xadd(key, {EVENT_FIELD: payload})
         keys = sorted({key for key, _ in entries})
         want = self._settings.stream_wait_replicas
         timeout = self._settings.stream_wait_timeout_ms
         servers = 0
-        if want:
-            if isinstance(self._redis, RedisCluster):
-                # a cluster pipeline sends each node's commands on one connection, in order
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for key, payload in entries:
+                pipe.xadd(key, {EVENT_FIELD: payload})
+            if want and isinstance(self._redis, RedisCluster):
+                # a cluster pipeline sends each node's commands on one connection, in
+                # order; the slot map is read first (a no-op once the client has one)
+                await self._redis.initialize()
                 nodes = {n.name: n for k in keys if (n := self._redis.get_node_from_key(k))}
                 for node in nodes.values():
                     pipe.execute_command("WAIT", want, timeout, target_nodes=node)
                 servers = len(nodes)
-            else:
+            elif want:
                 pipe.execute_command("WAIT", want, timeout)
                 servers = 1
-        try:
             replies = await pipe.execute()
-        except (aioredis.RedisError, RedisClusterException, OSError) as exc:
+        except REDIS_UNAVAILABLE as exc:
             raise InfrastructureError(f"cannot publish to {', '.join(keys)}: {exc}") from exc
         ids, acked = replies[: len(entries)], replies[len(entries) :]
         if servers and min(int(a) for a in acked) < want:
@@ -178,6 +179,13 @@ class Publisher:
             )
         return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
 
+
+REDIS_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    aioredis.RedisError,  # ClusterDownError, TryAgainError, MasterDownError among them
+    RedisClusterException,  # SlotNotCoveredError while a cluster's slot map is redrawn
+    OSError,
+)
+"""What a publish or read can meet while Redis, or a cluster node, is away or failing over."""
 
 Failure = Literal["outage", "data", "refused"]
 
@@ -194,6 +202,10 @@ OUTAGES: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.QueryCanceledError,  # statement timeout
     aioredis.ConnectionError,
     aioredis.TimeoutError,
+    # a Redis Cluster failing over: no master for a slot yet, or its map being redrawn
+    ClusterDownError,
+    TryAgainError,
+    RedisClusterException,
 )
 """Failures that say nothing about the entry: a server is away or busy."""
 
