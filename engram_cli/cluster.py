@@ -158,6 +158,19 @@ class EmbeddedRedisCluster:
                     return next(n for n in self.nodes if n.port == int(master[1]))
         raise InfrastructureError(f"no node serves slot {slot}")
 
+    def replica_of(self, master: EmbeddedRedis) -> EmbeddedRedis:
+        """The node replicating ``master`` now."""
+        for node in self.nodes:
+            if node.port in self._live_ports() and node is not master:
+                info = self._client(node.port).info("replication")
+                if info.get("role") == "slave" and int(info.get("master_port", 0)) == master.port:
+                    return node
+        raise InfrastructureError(f"no replica follows the master on port {master.port}")
+
+    def cut_replicas(self, master: EmbeddedRedis) -> None:
+        """Drop ``master``'s links to its replicas (they reconnect when they can)."""
+        self._cmd(master.port, "CLIENT", "KILL", "TYPE", "replica")
+
     def _live_ports(self) -> list[int]:
         return [n.port for n in self.nodes if n.process is not None and n.process.poll() is None]
 

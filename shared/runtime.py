@@ -167,6 +167,7 @@ class Runtime:
         await self.broker.stop()
         if self._publisher is not None:
             await self._publisher.flush()
+            await self._publisher.aclose()
         for hook in self.on_stop:
             await hook(self)
         if self._redis is not None:

@@ -94,6 +94,7 @@ class Publisher:
         self._redis = redis
         self._settings = settings
         self._soon: set[asyncio.Task[None]] = set()
+        self._node_clients: dict[str, aioredis.Redis] = {}
 
     def publish_soon(self, batches: Sequence[tuple[str, Sequence[Event]]]) -> None:
         """:meth:`publish_many` without waiting for it, for a caller whose rows are
@@ -144,40 +145,100 @@ class Publisher:
 
     async def _xadd(self, entries: Sequence[tuple[str, bytes]]) -> list[str]:
         """One pipeline of XADDs (no MAXLEN: only what every group acknowledged is ever
-        trimmed, :meth:`StreamConsumer.observe`), then, with ``stream_wait_replicas``,
-        a WAIT on each server written to, on the connection that wrote."""
+        trimmed, :meth:`StreamConsumer.observe`); with ``stream_wait_replicas``, each
+        server's XADDs are followed by a WAIT on the connection that sent them."""
         if not entries:
             return []
         keys = sorted({key for key, _ in entries})
-        want = self._settings.stream_wait_replicas
-        timeout = self._settings.stream_wait_timeout_ms
-        servers = 0
         try:
+            if self._settings.stream_wait_replicas and isinstance(self._redis, RedisCluster):
+                return await self._xadd_waited_on_cluster(self._redis, entries)
             pipe = self._redis.pipeline(transaction=False)
             for key, payload in entries:
                 pipe.xadd(key, {EVENT_FIELD: payload})
-            if want and isinstance(self._redis, RedisCluster):
-                # a cluster pipeline sends each node's commands on one connection, in
-                # order; the slot map is read first (a no-op once the client has one)
-                await self._redis.initialize()
-                nodes = {n.name: n for k in keys if (n := self._redis.get_node_from_key(k))}
-                for node in nodes.values():
-                    pipe.execute_command("WAIT", want, timeout, target_nodes=node)
-                servers = len(nodes)
-            elif want:
-                pipe.execute_command("WAIT", want, timeout)
-                servers = 1
+            if self._settings.stream_wait_replicas:
+                pipe.execute_command(
+                    "WAIT",
+                    self._settings.stream_wait_replicas,
+                    self._settings.stream_wait_timeout_ms,
+                )
             replies = await pipe.execute()
         except REDIS_UNAVAILABLE as exc:
             raise InfrastructureError(f"cannot publish to {', '.join(keys)}: {exc}") from exc
-        ids, acked = replies[: len(entries)], replies[len(entries) :]
-        if servers and min(int(a) for a in acked) < want:
-            raise InfrastructureError(
-                f"published to {', '.join(keys)}, but only {min(int(a) for a in acked)} of "
-                f"{want} replica(s) hold it after {timeout} ms (ENGRAM_STREAM_WAIT_REPLICAS): "
-                "a failover now could lose it; publish again (consumers drop repeats)"
+        if self._settings.stream_wait_replicas:
+            self._check_waited(keys, int(replies.pop()))
+        return [_id(i) for i in replies]
+
+    async def _xadd_waited_on_cluster(
+        self, cluster: RedisCluster, entries: Sequence[tuple[str, bytes]]
+    ) -> list[str]:
+        """XADDs then WAIT per master, each on one connection of its own (WAIT counts the
+        replicas that hold what *its* connection wrote, so it cannot ride a cluster
+        pipeline, which re-sends a command elsewhere on a redirect or a failover). A
+        master that no longer serves a key answers MOVED: the slot map is read again
+        and the publish fails, to be retried."""
+        await cluster.initialize()
+        by_node: dict[str, list[int]] = {}
+        nodes: dict[str, Any] = {}
+        for i, (key, _) in enumerate(entries):
+            node = cluster.get_node_from_key(key)
+            if node is None:
+                raise InfrastructureError(f"no master serves {key}")
+            nodes[node.name] = node
+            by_node.setdefault(node.name, []).append(i)
+        ids: list[str] = [""] * len(entries)
+
+        async def on(name: str) -> None:
+            client = self._node_clients.get(name)
+            if client is None:
+                node = nodes[name]
+                kwargs = cluster.get_connection_kwargs()
+                client = aioredis.Redis(
+                    host=node.host,
+                    port=node.port,
+                    username=kwargs.get("username"),
+                    password=kwargs.get("password"),
+                )
+                self._node_clients[name] = client
+            pipe = client.pipeline(transaction=False)
+            for i in by_node[name]:
+                pipe.xadd(entries[i][0], {EVENT_FIELD: entries[i][1]})
+            pipe.execute_command(
+                "WAIT", self._settings.stream_wait_replicas, self._settings.stream_wait_timeout_ms
             )
-        return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+            try:
+                replies = await pipe.execute()
+            except REDIS_UNAVAILABLE:
+                # the master is gone (a connection error) or no longer serves the slot
+                # (MOVED): read the slot map again for the retry, which may fail while
+                # the failover is still under way
+                self._node_clients.pop(name, None)
+                await client.aclose()
+                with contextlib.suppress(*REDIS_UNAVAILABLE):
+                    await cluster.nodes_manager.initialize()
+                raise
+            self._check_waited([entries[i][0] for i in by_node[name]], int(replies.pop()))
+            for i, entry_id in zip(by_node[name], replies, strict=True):
+                ids[i] = _id(entry_id)
+
+        await asyncio.gather(*(on(name) for name in by_node))
+        return ids
+
+    def _check_waited(self, keys: Sequence[str], replicas: int) -> None:
+        want = self._settings.stream_wait_replicas
+        if replicas < want:
+            raise InfrastructureError(
+                f"published to {', '.join(sorted(set(keys)))}, but only {replicas} of {want} "
+                f"replica(s) hold it after {self._settings.stream_wait_timeout_ms} ms "
+                "(ENGRAM_STREAM_WAIT_REPLICAS): a failover now could lose it; publish "
+                "again (consumers drop repeats)"
+            )
+
+    async def aclose(self) -> None:
+        """Close the per-master connections a waited publish on a cluster opened."""
+        for client in self._node_clients.values():
+            await client.aclose()
+        self._node_clients.clear()
 
 
 REDIS_UNAVAILABLE: tuple[type[BaseException], ...] = (

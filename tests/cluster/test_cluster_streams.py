@@ -7,9 +7,9 @@ shard; a producer's WAIT is answered by the replica."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
-import time
 import uuid
 from typing import Any
 
@@ -98,7 +98,7 @@ async def test_turns_published_over_shards_on_three_masters_are_stored_once(
             # script on each shard
             consumer = rt.consumers[0]
             await r.xgroup_createconsumer(consumer.stream, consumer.group, "gone-for-good")
-            time.sleep(0.01)
+            await asyncio.sleep(0.01)
             settings_forget = consumer.settings.model_copy(update={"consumer_forget_ms": 1})
             consumer.settings = settings_forget
             assert await consumer.forget_idle_consumers() == ["gone-for-good"]
