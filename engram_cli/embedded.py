@@ -220,10 +220,25 @@ def stack_file(settings: CommonSettings) -> Path:
     return settings.data_dir / "stack.json"
 
 
-def write_stack(settings: CommonSettings, *, database_url: str, redis_url: str) -> None:
+def write_stack(
+    settings: CommonSettings,
+    *,
+    database_url: str,
+    redis_url: str,
+    redis_cluster: bool = False,
+    stream_shards: int = 1,
+) -> None:
     path = stack_file(settings)
     path.write_text(
-        json.dumps({"pid": os.getpid(), "database_url": database_url, "redis_url": redis_url})
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "database_url": database_url,
+                "redis_url": redis_url,
+                "redis_cluster": redis_cluster,
+                "stream_shards": stream_shards,
+            }
+        )
     )
 
 
@@ -244,9 +259,12 @@ def with_running_stack(settings: S) -> S:
         raise ConfigError(
             f"the stack recorded in {path} is not running; start it with 'make run'"
         ) from exc
-    update: dict[str, SecretStr] = {}
+    update: dict[str, object] = {}
     if settings.database_url is None:
         update["database_url"] = SecretStr(info["database_url"])
     if settings.redis_url is None:
         update["redis_url"] = SecretStr(info["redis_url"])
+        # a running `engram run --cluster`: its cluster and its shard count
+        update["redis_cluster"] = bool(info.get("redis_cluster", False))
+        update["stream_shards"] = int(info.get("stream_shards", settings.stream_shards))
     return settings.model_copy(update=update)
