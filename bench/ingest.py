@@ -6,25 +6,36 @@ one is committed. In the same run, times a plain asyncpg COPY of the same rows
 into the same table (with its indexes) as the floor.
 
     python -m bench.ingest [--turns 100000]
+    python -m bench.ingest --cluster [--turns 20000 --shards 12 --rounds 2]
+
+``--cluster``: the same pipeline on one Redis and on a local Redis Cluster (3 masters
+with a replica each, each turn XADDed to its chat's shard), alternating, in one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import signal
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import asyncpg
-import redis.asyncio as aioredis
+from pydantic import SecretStr
 
 from bench.common import Progress, bench_stack, table, write_result
+from engram_cli.cluster import EmbeddedRedisCluster, free_cluster_ports
 from shared.events import TurnReceived, encode
+from shared.redis_client import connect_redis
 from shared.settings import CommonSettings
+from shared.stream_registry import TURNS
 from shared.streams import EVENT_FIELD
 
 USERS, CHATS = 200, 5
@@ -55,12 +66,14 @@ def make_turns(n: int, run: str) -> list[TurnReceived]:
 
 
 async def pipeline_run(settings: CommonSettings, turns: list[TurnReceived], run: str) -> float:
-    redis = aioredis.from_url(settings.require_redis_url())
+    redis = connect_redis(settings)
     pool = await asyncpg.create_pool(settings.require_database_url(), min_size=1, max_size=2)
     env = {
         **__import__("os").environ,
         "ENGRAM_DATABASE_URL": settings.require_database_url(),
         "ENGRAM_REDIS_URL": settings.require_redis_url(),
+        "ENGRAM_REDIS_CLUSTER": str(settings.redis_cluster).lower(),
+        "ENGRAM_STREAM_SHARDS": str(settings.stream_shards),
         "ENGRAM_STREAM_PREFIX": settings.stream_prefix,
         "ENGRAM_INGEST_PORT": str(settings.ingest_port),
         "ENGRAM_LOG_LEVEL": "WARNING",
@@ -76,15 +89,18 @@ async def pipeline_run(settings: CommonSettings, turns: list[TurnReceived], run:
             except httpx.HTTPError:
                 pass
             await asyncio.sleep(0.1)
-        payloads = [encode(t) for t in turns]
-        key = settings.stream("turns")
+        # each turn's shard key and payload made before the clock starts (one key when
+        # the stream has one shard)
+        keys = TURNS.keys(settings)
+        n = settings.stream_shards
+        payloads = [(keys[TURNS.shard_of(t, n)], encode(t)) for t in turns]
         progress = Progress("pipeline", len(turns))
         started = time.perf_counter()
 
         async def publish() -> None:
             for i in range(0, len(payloads), 2000):
                 pipe = redis.pipeline(transaction=False)
-                for p in payloads[i : i + 2000]:
+                for key, p in payloads[i : i + 2000]:
                     pipe.xadd(key, {EVENT_FIELD: p})
                 await pipe.execute()
 
@@ -159,10 +175,70 @@ async def copy_run(settings: CommonSettings, turns: list[TurnReceived], run: str
         await conn.close()
 
 
+def cluster_runs(turns_n: int, shards: int, rounds: int) -> None:
+    """One Redis against a local Redis Cluster (3 masters + 3 replicas, ``shards``
+    shards per stream), the same PostgreSQL and machine, alternating A B A B."""
+    with bench_stack("ingest") as single:
+        tmp = Path(tempfile.mkdtemp(prefix="engram-bench-cluster-"))
+        cluster = EmbeddedRedisCluster(tmp, free_cluster_ports(6))
+        try:
+            cluster_url = cluster.start()
+            on_cluster = single.model_copy(
+                update={
+                    "redis_url": SecretStr(cluster_url),
+                    "redis_cluster": True,
+                    "stream_shards": shards,
+                    "stream_prefix": f"{single.stream_prefix}c:",
+                }
+            )
+            seconds: dict[str, list[float]] = {"single": [], "cluster": []}
+            for r in range(rounds):
+                for name, settings in (("single", single), ("cluster", on_cluster)):
+                    run = f"b{uuid.uuid4().hex[:6]}"
+                    seconds[name].append(
+                        asyncio.run(pipeline_run(settings, make_turns(turns_n, run), run))
+                    )
+                    print(f"round {r + 1} {name}: {turns_n / seconds[name][-1]:,.0f} turns/s")
+        finally:
+            cluster.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+    rate = {k: [turns_n / x for x in v] for k, v in seconds.items()}
+    ratios = [c / s for s, c in zip(rate["single"], rate["cluster"], strict=True)]
+    result = {
+        "turns": turns_n,
+        "shards": shards,
+        "single_turns_per_s": [round(x) for x in rate["single"]],
+        "cluster_turns_per_s": [round(x) for x in rate["cluster"]],
+        "ratio_per_round": [round(x, 3) for x in ratios],
+        "target_ratio": 0.8,
+    }
+    path = write_result("ingest_cluster", result)
+    print(
+        table(
+            [
+                (f"round {i + 1}", f"{s:,.0f}", f"{c:,.0f}", f"{c / s:.2f}")
+                for i, (s, c) in enumerate(zip(rate["single"], rate["cluster"], strict=True))
+            ],
+            ("", "one Redis turns/s", f"cluster ({shards} shards) turns/s", "cluster / one"),
+        )
+    )
+    print(f"median ratio {statistics.median(ratios):.2f} (target >= 0.8)   -> {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, default=100_000)
+    ap.add_argument(
+        "--cluster",
+        action="store_true",
+        help="one Redis against a local Redis Cluster, same run, A B A B (no COPY floor)",
+    )
+    ap.add_argument("--shards", type=int, default=12, help="shards per stream on the cluster")
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
+    if args.cluster:
+        cluster_runs(args.turns, args.shards, args.rounds)
+        return
     run = f"b{uuid.uuid4().hex[:6]}"
     turns = make_turns(args.turns, run)
     print(f"bench/ingest: {args.turns:,} turns, {USERS} users x {CHATS} chats")

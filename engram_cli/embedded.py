@@ -93,6 +93,8 @@ class EmbeddedRedis:
     data_dir: Path
     port: int
     process: subprocess.Popen[bytes] | None = None
+    extra: tuple[str, ...] = ()
+    """more ``redis-server`` arguments (a cluster node's ``--cluster-enabled yes`` ...)"""
 
     @property
     def url(self) -> str:
@@ -116,6 +118,7 @@ class EmbeddedRedis:
             "yes" if persistent else "no",
             "--logfile",
             str((self.data_dir / "redis.log").resolve()),
+            *self.extra,
         ]
         self.process = subprocess.Popen(
             args,
@@ -256,10 +259,25 @@ def stack_file(settings: CommonSettings) -> Path:
     return settings.data_dir / "stack.json"
 
 
-def write_stack(settings: CommonSettings, *, database_url: str, redis_url: str) -> None:
+def write_stack(
+    settings: CommonSettings,
+    *,
+    database_url: str,
+    redis_url: str,
+    redis_cluster: bool = False,
+    stream_shards: int = 1,
+) -> None:
     path = stack_file(settings)
     path.write_text(
-        json.dumps({"pid": os.getpid(), "database_url": database_url, "redis_url": redis_url})
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "database_url": database_url,
+                "redis_url": redis_url,
+                "redis_cluster": redis_cluster,
+                "stream_shards": stream_shards,
+            }
+        )
     )
 
 
@@ -280,9 +298,12 @@ def with_running_stack(settings: S) -> S:
         raise ConfigError(
             f"the stack recorded in {path} is not running; start it with 'make run'"
         ) from exc
-    update: dict[str, SecretStr] = {}
+    update: dict[str, object] = {}
     if settings.database_url is None:
         update["database_url"] = SecretStr(info["database_url"])
     if settings.redis_url is None:
         update["redis_url"] = SecretStr(info["redis_url"])
+        # a running `engram run --cluster`: its cluster and its shard count
+        update["redis_cluster"] = bool(info.get("redis_cluster", False))
+        update["stream_shards"] = int(info.get("stream_shards", settings.stream_shards))
     return settings.model_copy(update=update)

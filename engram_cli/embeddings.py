@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-import redis.asyncio as aioredis
 from tqdm import tqdm
 
 from engram_cli.embedded import with_running_stack
@@ -19,6 +18,7 @@ from shared.embeddings.rebuild import (
     start_rebuild,
 )
 from shared.embeddings.settings import EmbeddingSettings
+from shared.redis_client import connect_redis
 from shared.streams import Publisher
 
 
@@ -26,7 +26,7 @@ async def rebuild(
     settings: EmbeddingSettings, user_id: str, *, queue: bool, batch: int, yes: bool
 ) -> int:
     pool = await create_pool(settings.require_database_url(), max_size=4)
-    redis = aioredis.from_url(settings.require_redis_url()) if queue else None
+    redis = connect_redis(settings) if queue else None
     try:
         count = await rebuild_count(pool, user_id)
         print(

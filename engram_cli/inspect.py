@@ -7,11 +7,11 @@ import asyncio
 import json
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from engram_cli.embedded import with_running_stack
 from shared.db import connect
+from shared.redis_client import connect_redis
 from shared.settings import CommonSettings
+from shared.stream_registry import DEAD
 from shared.streams import EVENT_FIELD
 
 
@@ -62,8 +62,8 @@ async def show_dead(
     whole). ``replay`` puts each entry that was read from a stream back on it and
     removes it from ``dead``; an entry that cannot be replayed (a line ``engram
     publish`` skipped, never on a stream; a payload not kept) stays, and says why."""
-    redis = aioredis.from_url(settings.require_redis_url())
-    key = settings.stream("dead")
+    redis = connect_redis(settings)
+    key = DEAD.key(settings)
     replayed, kept = 0, 0
     try:
         entries: list[Any] = list(await redis.xrevrange(key, count=count) or [])

@@ -22,13 +22,14 @@ import sys
 import uuid
 from typing import Any, TextIO
 
-import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from engram_cli.embedded import with_running_stack
 from shared.errors import InvalidEvent
 from shared.events import encode, episode_adapter, turn_adapter, unknown_fields
+from shared.redis_client import connect_redis
 from shared.settings import CommonSettings
+from shared.stream_registry import EPISODES, TURNS, stream_of_payload
 from shared.streams import EVENT_FIELD, Publisher, dead_letter
 
 NAMESPACE = uuid.UUID("5b0c3d43-6f1e-4a53-9a55-3c1f6c0e7d21")
@@ -55,10 +56,10 @@ def parse_line(line: str, lineno: int, *, strict: bool = False) -> tuple[str, by
         if unknown:
             raise InvalidEvent(f"line {lineno}: unknown field(s): {', '.join(unknown)}")
     obj.setdefault("event_id", derive_event_id(obj))
+    stream = stream_of_payload(obj)
+    adapter = episode_adapter if stream == EPISODES else turn_adapter
     try:
-        if str(obj.get("schema", "")).startswith("episode."):
-            return "episodes", encode(episode_adapter.validate_python(obj))
-        return "turns", encode(turn_adapter.validate_python(obj))
+        return stream, encode(adapter.validate_python(obj))
     except ValidationError as exc:
         errs = "; ".join(
             f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
@@ -71,7 +72,7 @@ async def publish_stream(
 ) -> int:
     """Publish every valid line; 0 when all lines were published, else 1 (skipped lines
     are dead-lettered with their reason), or 0 with ``allow_skipped``."""
-    batches: dict[str, list[bytes]] = {"turns": [], "episodes": []}
+    batches: dict[str, list[bytes]] = {TURNS: [], EPISODES: []}
     skipped: list[tuple[int, str, str]] = []
     for lineno, line in enumerate(source, 1):
         if not line.strip():
@@ -86,12 +87,12 @@ async def publish_stream(
             skipped.append((lineno, line.rstrip("\n"), str(exc)))
             continue
         batches[stream].append(payload)
-    redis = aioredis.from_url(settings.require_redis_url())
+    redis = connect_redis(settings)
     try:
         publisher = Publisher(redis, settings)
         # Turns first; ingest keeps per-chat order across the two streams either way
         # (docs/contracts.md, "Episode closes").
-        for stream in ("turns", "episodes"):
+        for stream in (TURNS, EPISODES):
             for i in range(0, len(batches[stream]), 1000):
                 await publisher.publish_raw(stream, batches[stream][i : i + 1000])
         for lineno, line, reason in skipped:
@@ -112,7 +113,7 @@ async def publish_stream(
     finally:
         await redis.aclose()
     print(
-        f"published {len(batches['turns'])} turn(s) and {len(batches['episodes'])} "
+        f"published {len(batches[TURNS])} turn(s) and {len(batches[EPISODES])} "
         f"episode event(s)"
         + (f"; {len(skipped)} line(s) skipped, see `engram dead`" if skipped else "")
     )

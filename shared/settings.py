@@ -65,6 +65,32 @@ class CommonSettings(BaseSettings):
         "acknowledged (never of unread ones: engram_stream_over_cap alarms instead); "
         "the dead-letter stream keeps about this many newest entries",
     )
+    stream_shards: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="shard streams per logical stream (shared/stream_registry.py): 1 = one "
+        "key per stream, as on one Redis; N > 1 = keys {prefix}{name}:{k} (k = 0..N-1, a "
+        "Redis Cluster hash tag), the shard chosen from the chat or user. Every producer "
+        "and consumer of a deployment must agree on it",
+    )
+    redis_cluster: bool = Field(
+        default=False,
+        description="ENGRAM_REDIS_URL names a node of a Redis Cluster (redis-py RedisCluster)",
+    )
+    stream_wait_replicas: int = Field(
+        default=0,
+        ge=0,
+        description="producers wait (Redis WAIT) until this many replicas hold what they "
+        "published before a publish returns; 0 = do not wait (a failover can lose the "
+        "newest entries: docs/scale.md)",
+    )
+    stream_wait_timeout_ms: int = Field(
+        default=1000,
+        ge=1,
+        description="how long a publish waits for stream_wait_replicas; fewer replicas by "
+        "then = the publish fails (InfrastructureError) and the producer retries it",
+    )
     embedding_dim: int = Field(default=384, description="dimension of the vector columns")
     embedded_pg_shared_buffers: str | None = Field(
         default=None,

@@ -48,12 +48,16 @@ from faststream import AckPolicy, Context
 from faststream.message import StreamMessage
 from faststream.redis import RedisBroker, StreamSub
 from pydantic import TypeAdapter, ValidationError
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ClusterDownError, RedisClusterException, TryAgainError
 
 from shared.erasure import erased_among, owner_of
 from shared.errors import EngramError, InfrastructureError, InvalidEvent
 from shared.events import BatchResult, Event, encode
 from shared.metrics import ServiceMetrics
+from shared.redis_client import RedisClient
 from shared.settings import CommonSettings
+from shared.stream_registry import DEAD, spec
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +91,11 @@ def consumer_name(settings: CommonSettings, service: str) -> str:
 class Publisher:
     """Appends events to streams; one pipeline round trip per call."""
 
-    def __init__(self, redis: aioredis.Redis, settings: CommonSettings) -> None:
+    def __init__(self, redis: RedisClient, settings: CommonSettings) -> None:
         self._redis = redis
         self._settings = settings
         self._soon: set[asyncio.Task[None]] = set()
+        self._node_clients: dict[str, aioredis.Redis] = {}
 
     def publish_soon(self, batches: Sequence[tuple[str, Sequence[Event]]]) -> None:
         """:meth:`publish_many` without waiting for it, for a caller whose rows are
@@ -116,42 +121,133 @@ class Publisher:
             await asyncio.wait(list(self._soon), timeout=timeout_s)
 
     async def publish(self, stream: str, events: Sequence[Event]) -> list[str]:
-        """XADD each event to ``stream`` (a logical name such as ``turns``); return entry ids."""
+        """XADD each event to ``stream`` (a registered stream such as ``TURNS``, or its
+        name), on the shard its chat or user picks; return entry ids."""
         return await self.publish_many([(stream, events)])
 
     async def publish_many(self, batches: Sequence[tuple[str, Sequence[Event]]]) -> list[str]:
         """XADD events to several streams in one pipeline round trip; return entry ids."""
-        pipe = self._redis.pipeline(transaction=False)
-        keys = []
+        n = self._settings.stream_shards
+        entries: list[tuple[str, bytes]] = []
         for stream, events in batches:
-            key = self._settings.stream(stream)
-            keys.append(key)
+            s = spec(stream)
+            keys = s.keys(self._settings)
             for event in events:
-                # No MAXLEN: only what every group acknowledged is ever trimmed
-                # (StreamConsumer.observe).
-                pipe.xadd(key, {EVENT_FIELD: encode(event)})
-        if not len(pipe):
-            return []
-        try:
-            ids = await pipe.execute()
-        except (aioredis.RedisError, OSError) as exc:
-            raise InfrastructureError(f"cannot publish to {', '.join(keys)}: {exc}") from exc
-        return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+                entries.append((keys[s.shard_of(event, n)], encode(event)))
+        return await self._xadd(entries)
 
     async def publish_raw(self, stream: str, payloads: Sequence[bytes]) -> list[str]:
-        """XADD already-encoded JSON payloads (``engram publish``, dead-letter replay)."""
-        key = self._settings.stream(stream)
-        pipe = self._redis.pipeline(transaction=False)
-        for payload in payloads:
-            pipe.xadd(key, {EVENT_FIELD: payload})
-        if not len(pipe):
-            return []
-        try:
-            ids = await pipe.execute()
-        except (aioredis.RedisError, OSError) as exc:
-            raise InfrastructureError(f"cannot publish to {key}: {exc}") from exc
-        return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+        """XADD already-encoded JSON payloads (``engram publish``, dead-letter replay),
+        each on the shard its own fields pick."""
+        s = spec(stream)
+        n = self._settings.stream_shards
+        keys = s.keys(self._settings)
+        return await self._xadd([(keys[s.shard_of_payload(p, n)], p) for p in payloads])
 
+    async def _xadd(self, entries: Sequence[tuple[str, bytes]]) -> list[str]:
+        """One pipeline of XADDs (no MAXLEN: only what every group acknowledged is ever
+        trimmed, :meth:`StreamConsumer.observe`); with ``stream_wait_replicas``, each
+        server's XADDs are followed by a WAIT on the connection that sent them."""
+        if not entries:
+            return []
+        keys = sorted({key for key, _ in entries})
+        try:
+            if self._settings.stream_wait_replicas and isinstance(self._redis, RedisCluster):
+                return await self._xadd_waited_on_cluster(self._redis, entries)
+            pipe = self._redis.pipeline(transaction=False)
+            for key, payload in entries:
+                pipe.xadd(key, {EVENT_FIELD: payload})
+            if self._settings.stream_wait_replicas:
+                pipe.execute_command(
+                    "WAIT",
+                    self._settings.stream_wait_replicas,
+                    self._settings.stream_wait_timeout_ms,
+                )
+            replies = await pipe.execute()
+        except REDIS_UNAVAILABLE as exc:
+            raise InfrastructureError(f"cannot publish to {', '.join(keys)}: {exc}") from exc
+        if self._settings.stream_wait_replicas:
+            self._check_waited(keys, int(replies.pop()))
+        return [_id(i) for i in replies]
+
+    async def _xadd_waited_on_cluster(
+        self, cluster: RedisCluster, entries: Sequence[tuple[str, bytes]]
+    ) -> list[str]:
+        """XADDs then WAIT per master, each on one connection of its own (WAIT counts the
+        replicas that hold what *its* connection wrote, so it cannot ride a cluster
+        pipeline, which re-sends a command elsewhere on a redirect or a failover). A
+        master that no longer serves a key answers MOVED: the slot map is read again
+        and the publish fails, to be retried."""
+        await cluster.initialize()
+        by_node: dict[str, list[int]] = {}
+        nodes: dict[str, Any] = {}
+        for i, (key, _) in enumerate(entries):
+            node = cluster.get_node_from_key(key)
+            if node is None:
+                raise InfrastructureError(f"no master serves {key}")
+            nodes[node.name] = node
+            by_node.setdefault(node.name, []).append(i)
+        ids: list[str] = [""] * len(entries)
+
+        async def on(name: str) -> None:
+            client = self._node_clients.get(name)
+            if client is None:
+                node = nodes[name]
+                kwargs = cluster.get_connection_kwargs()
+                client = aioredis.Redis(
+                    host=node.host,
+                    port=node.port,
+                    username=kwargs.get("username"),
+                    password=kwargs.get("password"),
+                )
+                self._node_clients[name] = client
+            pipe = client.pipeline(transaction=False)
+            for i in by_node[name]:
+                pipe.xadd(entries[i][0], {EVENT_FIELD: entries[i][1]})
+            pipe.execute_command(
+                "WAIT", self._settings.stream_wait_replicas, self._settings.stream_wait_timeout_ms
+            )
+            try:
+                replies = await pipe.execute()
+            except REDIS_UNAVAILABLE:
+                # the master is gone (a connection error) or no longer serves the slot
+                # (MOVED): read the slot map again for the retry, which may fail while
+                # the failover is still under way
+                self._node_clients.pop(name, None)
+                await client.aclose()
+                with contextlib.suppress(*REDIS_UNAVAILABLE):
+                    await cluster.nodes_manager.initialize()
+                raise
+            self._check_waited([entries[i][0] for i in by_node[name]], int(replies.pop()))
+            for i, entry_id in zip(by_node[name], replies, strict=True):
+                ids[i] = _id(entry_id)
+
+        await asyncio.gather(*(on(name) for name in by_node))
+        return ids
+
+    def _check_waited(self, keys: Sequence[str], replicas: int) -> None:
+        want = self._settings.stream_wait_replicas
+        if replicas < want:
+            raise InfrastructureError(
+                f"published to {', '.join(sorted(set(keys)))}, but only {replicas} of {want} "
+                f"replica(s) hold it after {self._settings.stream_wait_timeout_ms} ms "
+                "(ENGRAM_STREAM_WAIT_REPLICAS): a failover now could lose it; publish "
+                "again (consumers drop repeats)"
+            )
+
+    async def aclose(self) -> None:
+        """Close the per-master connections a waited publish on a cluster opened."""
+        for client in self._node_clients.values():
+            await client.aclose()
+        self._node_clients.clear()
+
+
+REDIS_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    aioredis.RedisError,  # ClusterDownError, TryAgainError, MasterDownError among them
+    RedisClusterException,  # SlotNotCoveredError while a cluster's slot map is redrawn
+    OSError,
+)
+"""What a publish or read can meet while Redis, or a cluster node, is away or failing over."""
 
 Failure = Literal["outage", "data", "refused"]
 
@@ -168,6 +264,10 @@ OUTAGES: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.QueryCanceledError,  # statement timeout
     aioredis.ConnectionError,
     aioredis.TimeoutError,
+    # a Redis Cluster failing over: no master for a slot yet, or its map being redrawn
+    ClusterDownError,
+    TryAgainError,
+    RedisClusterException,
 )
 """Failures that say nothing about the entry: a server is away or busy."""
 
@@ -242,7 +342,9 @@ return 0
 
 
 class StreamConsumer(Generic[T]):
-    """One consumer group on one stream: reads, parses, hands batches to a use case, acks."""
+    """One consumer group on one shard of a stream (the stream's one key when it has
+    one shard): reads, parses, hands batches to a use case, acks; claims, retries,
+    dead-letters and trims that shard. :meth:`Runtime.consume` makes one per shard."""
 
     def __init__(
         self,
@@ -252,7 +354,7 @@ class StreamConsumer(Generic[T]):
         group: str,
         adapter: TypeAdapter[T],
         handle: Handler[T],
-        redis: Callable[[], aioredis.Redis],
+        redis: Callable[[], RedisClient],
         settings: CommonSettings,
         metrics: ServiceMetrics,
         batch: int | None = None,
@@ -260,14 +362,20 @@ class StreamConsumer(Generic[T]):
         linger_ms: int = 0,
         policy: FailurePolicy | None = None,
         pool: Callable[[], asyncpg.Pool] | None = None,
+        shard: int = 0,
     ) -> None:
         self.service = service
         self._pool = pool
         self.readers = readers
         self.linger_ms = linger_ms
-        self.stream_name = stream
-        self.stream = settings.stream(stream)
-        self.dead_stream = settings.stream("dead")
+        registered = spec(stream)
+        self.stream_name = registered.name
+        self.shard = shard
+        self.stream = registered.key(settings, shard)
+        self.dead_stream = DEAD.key(settings)
+        # metric labels: the stream, and its shard when it has more than one
+        sharded = registered.shards(settings.stream_shards) > 1
+        self.labels = (self.stream_name, str(shard)) if sharded else (self.stream_name,)
         self.group = group
         self.adapter = adapter
         self.handle = handle
@@ -311,7 +419,7 @@ class StreamConsumer(Generic[T]):
                 ack_policy=AckPolicy.MANUAL,
                 parser=_raw_batch,
                 decoder=_no_body,
-                title=f"{self.service}:{self.stream_name}" + (f":{i}" if i else ""),
+                title=f"{self.service}:{':'.join(self.labels)}" + (f":{i}" if i else ""),
             )
             for i in range(self.readers)
         ]
@@ -354,7 +462,7 @@ class StreamConsumer(Generic[T]):
             entries = [(_id(i), f) for i, f in reply[1] if f is not None]
             if entries:
                 taken += len(entries)
-                self.metrics.reclaimed.labels(self.stream_name).inc(len(entries))
+                self.metrics.reclaimed.labels(*self.labels).inc(len(entries))
                 counts = await r.xpending_range(
                     self.stream,
                     self.group,
@@ -400,7 +508,7 @@ class StreamConsumer(Generic[T]):
             ):
                 removed.append(name)
         if removed:
-            self.metrics.consumers_removed.labels(self.stream_name).inc(len(removed))
+            self.metrics.consumers_removed.labels(*self.labels).inc(len(removed))
             log.info(
                 "%s: removed %d idle consumer(s) from %s", self.stream, len(removed), self.group
             )
@@ -449,7 +557,7 @@ class StreamConsumer(Generic[T]):
             else:
                 await self._reject(good, rejected, attempts)
                 done = [d.entry_id for d in good]
-                self.metrics.events.labels(self.stream_name, "ok").inc(len(good) - len(rejected))
+                self.metrics.events.labels(*self.labels, "ok").inc(len(good) - len(rejected))
         except _Outage as outage:
             await self._wait_out(outage.cause)
             return
@@ -460,8 +568,8 @@ class StreamConsumer(Generic[T]):
             await self._ack(done)
         if self._backoff:
             self._backoff = 0.0
-            self.metrics.outage.labels(self.stream_name).set(0)
-        self.metrics.handler_seconds.labels(self.stream_name).observe(time.perf_counter() - started)
+            self.metrics.outage.labels(*self.labels).set(0)
+        self.metrics.handler_seconds.labels(*self.labels).observe(time.perf_counter() - started)
 
     async def _run(self, group: Sequence[Delivery[T]]) -> Rejections:
         """Hand ``group``'s events to the use case and map its answer back to entry
@@ -477,8 +585,8 @@ class StreamConsumer(Generic[T]):
     async def _wait_out(self, exc: BaseException) -> None:
         """An outage: leave the entries pending and slow down (capped backoff)."""
         self._backoff = min(max(self._backoff * 2, 0.5), 10.0)
-        self.metrics.outage.labels(self.stream_name).set(1)
-        self.metrics.failures.labels(self.stream_name, "outage").inc()
+        self.metrics.outage.labels(*self.labels).set(1)
+        self.metrics.failures.labels(*self.labels, "outage").inc()
         log.warning(
             "%s: outage (%s: %s); retrying in %.1f s",
             self.stream,
@@ -521,13 +629,13 @@ class StreamConsumer(Generic[T]):
                 continue
             await self._reject(half, rejected, attempts)
             finished += [d.entry_id for d in half]
-            self.metrics.events.labels(self.stream_name, "ok").inc(len(half) - len(rejected))
+            self.metrics.events.labels(*self.labels, "ok").inc(len(half) - len(rejected))
 
     async def _settle_one(
         self, delivery: Delivery[T], exc: Exception, kind: Failure, attempts: dict[str, int]
     ) -> list[str]:
         n = attempts.get(delivery.entry_id, 1)
-        self.metrics.failures.labels(self.stream_name, kind).inc()
+        self.metrics.failures.labels(*self.labels, kind).inc()
         if kind == "data" or n >= self.policy.max_attempts:
             payload = encode(delivery.event) if isinstance(delivery.event, Event) else b""
             reason = _describe(exc)
@@ -543,7 +651,7 @@ class StreamConsumer(Generic[T]):
             self.policy.max_attempts,
             exc,
         )
-        self.metrics.events.labels(self.stream_name, "retry").inc()
+        self.metrics.events.labels(*self.labels, "retry").inc()
         return []
 
     async def _keep_claimed(self, owner: str, ids: list[str], finished: asyncio.Event) -> None:
@@ -604,8 +712,8 @@ class StreamConsumer(Generic[T]):
         )
         if erased:  # an erased user's entry: its content does not stay on the stream
             await self._redis().xdel(self.stream, entry_id)
-        self.metrics.events.labels(self.stream_name, "dead").inc()
-        self.metrics.dead_lettered.labels(self.stream_name).inc()
+        self.metrics.events.labels(*self.labels, "dead").inc()
+        self.metrics.dead_lettered.labels(*self.labels).inc()
         log.warning(
             "%s %s dead-lettered after %d attempt(s): %s",
             self.stream,
@@ -649,15 +757,15 @@ class StreamConsumer(Generic[T]):
             return
         mine = state.groups.get(self.group)
         if mine is not None:
-            self.metrics.pending.labels(self.stream_name).set(mine.pending)
-            self.metrics.lag.labels(self.stream_name).set(mine.lag)
+            self.metrics.pending.labels(*self.labels).set(mine.pending)
+            self.metrics.lag.labels(*self.labels).set(mine.lag)
         length = state.length
         if length > self.settings.stream_maxlen and state.groups:
             trimmed = await trim_acknowledged(self._redis(), self.stream, state)
             length -= trimmed
-        self.metrics.stream_length.labels(self.stream_name).set(length)
+        self.metrics.stream_length.labels(*self.labels).set(length)
         over = length > self.settings.stream_maxlen
-        self.metrics.over_cap.labels(self.stream_name).set(1 if over else 0)
+        self.metrics.over_cap.labels(*self.labels).set(1 if over else 0)
         if over:
             log.warning(
                 "%s holds %d entries, more than ENGRAM_STREAM_MAXLEN=%d, not yet acknowledged "
@@ -666,6 +774,21 @@ class StreamConsumer(Generic[T]):
                 length,
                 self.settings.stream_maxlen,
             )
+
+
+@dataclass(frozen=True)
+class ShardConsumers(Generic[T]):
+    """One consumer group's readers of a stream, one :class:`StreamConsumer` per shard
+    (what :meth:`Runtime.consume` returns)."""
+
+    shards: list[StreamConsumer[T]]
+
+    async def observe(self) -> None:
+        for c in self.shards:
+            await c.observe()
+
+    async def reclaim(self) -> int:
+        return sum([await c.reclaim() for c in self.shards])
 
 
 @dataclass
@@ -697,7 +820,7 @@ def _id_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-async def stream_state(r: aioredis.Redis, stream: str) -> StreamState | None:
+async def stream_state(r: RedisClient, stream: str) -> StreamState | None:
     """Length, last id and each group's pending count, true lag and oldest pending id.
 
     The lag Redis reports can be missing or stale (after a restart it was 42,297
@@ -733,7 +856,7 @@ async def stream_state(r: aioredis.Redis, stream: str) -> StreamState | None:
     return state
 
 
-async def trim_acknowledged(r: aioredis.Redis, stream: str, state: StreamState) -> int:
+async def trim_acknowledged(r: RedisClient, stream: str, state: StreamState) -> int:
     """XTRIM MINID below the oldest entry some group still needs (pending, or not
     yet delivered); returns entries removed. Groups only move forward, so the
     bound read here stays safe while the trim runs."""
@@ -750,7 +873,7 @@ async def trim_acknowledged(r: aioredis.Redis, stream: str, state: StreamState) 
 
 
 async def dead_letter(
-    r: aioredis.Redis,
+    r: RedisClient,
     settings: CommonSettings,
     *,
     stream: str,
@@ -779,7 +902,7 @@ async def dead_letter(
             payload = b""
             error = f"{error} (payload not kept: its user was erased)"
     await r.xadd(
-        settings.stream("dead"),
+        DEAD.key(settings),
         {
             b"stream": stream.encode(),
             b"group": group.encode(),

@@ -17,6 +17,7 @@ from shared.embeddings.providers import ProviderRegistry, preload
 from shared.embeddings.vector_index import Indexer
 from shared.events import BatchResult, EmbedRequested, embed_adapter
 from shared.runtime import Runtime, add_ops_routes
+from shared.stream_registry import EMBED, EMBEDDER
 from shared.streams import FailurePolicy
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,8 @@ def create_app(
         await providers.aclose()
 
     rt.consume(
-        stream="embed",
-        group="embedder",
+        stream=EMBED,
+        group=EMBEDDER,
         adapter=embed_adapter,
         handle=on_embed,
         batch=settings.embed_read_batch,

@@ -25,6 +25,7 @@ from shared.embeddings.user_settings import resolve_configs
 from shared.embeddings.vector_index import Indexer
 from shared.errors import ConfigError
 from shared.events import BatchResult, EmbedKind, EmbedRequested, MemoryChanged
+from shared.stream_registry import MEMORIES
 from shared.streams import Publisher
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,7 @@ async def embed_wanted(
             indexer.note(user_id, kind)
     if outcome.memories_ready:
         await publisher.publish(
-            "memories",
+            MEMORIES,
             [
                 MemoryChanged(memory_id=mid, user_id=uid, change="embedded")
                 for uid, mid in outcome.memories_ready

@@ -17,6 +17,7 @@ from shared.llm.client import LLMMetrics, OpenAIChatModel
 from shared.llm.jobs import build_extractor
 from shared.memory.vectors import TextEmbedder
 from shared.runtime import Runtime, add_ops_routes
+from shared.stream_registry import EXTRACT, EXTRACTOR
 from shared.streams import FailurePolicy
 
 
@@ -83,8 +84,8 @@ def create_app(
     # max_attempts times. Output that stays invalid is recorded on the episode
     # (extraction_error), not retried.
     rt.consume(
-        stream="extract",
-        group="extractor",
+        stream=EXTRACT,
+        group=EXTRACTOR,
         adapter=extract_adapter,
         handle=on_extract,
         batch=settings.extract_batch,

@@ -49,6 +49,7 @@ from shared.llm.schemas import EpisodeSummary
 from shared.llm.transcript import Transcript, from_messages
 from shared.memory.secrets import redact
 from shared.memory.vectors import TextEmbedder
+from shared.stream_registry import EMBED, EXTRACT, MEMORIES
 from shared.streams import Publisher
 
 log = logging.getLogger(__name__)
@@ -181,7 +182,7 @@ async def handle_requests(x: Extraction, requests: Sequence[ExtractRequested]) -
     if later:
         # The same events again, behind everyone else's: one user's backlog is
         # interleaved with other users' episodes instead of standing before them.
-        await x.publisher.publish("extract", later)
+        await x.publisher.publish(EXTRACT, later)
         x.count("episodes", "requeued", len(later))
     slots = asyncio.Semaphore(max(1, x.parallel))
 
@@ -369,7 +370,7 @@ async def _refresh_narrative(x: Extraction, ex: Extractor, user_id: str) -> None
 async def _publish(x: Extraction, user_id: str, episode_id: uuid.UUID, result: FactResult) -> None:
     targets = [EmbedTarget(kind="episode", id=str(episode_id))]
     targets += [EmbedTarget(kind="memory", id=str(m)) for m in result.pending]
-    await x.publisher.publish("embed", [EmbedRequested(user_id=user_id, targets=targets)])
+    await x.publisher.publish(EMBED, [EmbedRequested(user_id=user_id, targets=targets)])
     changes = [MemoryChanged(memory_id=m, user_id=user_id, change="added") for m in result.stored]
     # Facts stored with their vector are announced as embedded too, as the embedder would.
     changes += [
@@ -381,7 +382,7 @@ async def _publish(x: Extraction, user_id: str, episode_id: uuid.UUID, result: F
         MemoryChanged(memory_id=m, user_id=user_id, change="superseded") for m in result.superseded
     ]
     if changes:
-        await x.publisher.publish("memories", changes)
+        await x.publisher.publish(MEMORIES, changes)
 
 
 WAITING = """

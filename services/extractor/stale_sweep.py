@@ -17,6 +17,7 @@ import asyncpg
 
 from services.extractor.metrics import ExtractorMetrics
 from shared.events import ExtractRequested
+from shared.stream_registry import EXTRACT
 from shared.streams import Publisher
 
 DUE = """(e.turn_count IS DISTINCT FROM e.extracted_turn_count
@@ -68,7 +69,7 @@ async def sweep(
         for r in [*closed, *due]
     ]
     if requests:
-        await publisher.publish("extract", requests)
+        await publisher.publish(EXTRACT, requests)
     if metrics is not None:
         metrics.swept.labels("closed").inc(len(closed))
         metrics.swept.labels("requeued").inc(len(due))

@@ -18,6 +18,7 @@ from shared.events import (
     turn_adapter,
 )
 from shared.runtime import Runtime, add_ops_routes
+from shared.stream_registry import EPISODES, INGEST, TURNS
 from shared.streams import FailurePolicy
 
 
@@ -39,16 +40,16 @@ def create_app(settings: IngestSettings | None = None) -> FastAPI:
     # dead-lettered at once; anything else is dead-lettered after max_attempts.
     policy = FailurePolicy.default(settings)
     rt.consume(
-        stream="turns",
-        group="ingest",
+        stream=TURNS,
+        group=INGEST,
         adapter=turn_adapter,
         handle=on_turns,
         readers=settings.turn_readers,
         policy=policy,
     )
     rt.consume(
-        stream="episodes",
-        group="ingest",
+        stream=EPISODES,
+        group=INGEST,
         adapter=episode_adapter,
         handle=on_episodes,
         policy=policy,

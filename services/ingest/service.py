@@ -38,6 +38,7 @@ from shared.events import (
     ExtractRequested,
     TurnReceived,
 )
+from shared.stream_registry import EMBED, EXTRACT
 from shared.streams import Publisher
 from shared.users import upsert_users
 
@@ -339,7 +340,7 @@ async def store_turns(
 
     await _request_embeddings(publisher, to_embed)
     if extract:
-        await publisher.publish("extract", extract)
+        await publisher.publish(EXTRACT, extract)
     return result
 
 
@@ -489,7 +490,7 @@ async def _request_embeddings(publisher: Publisher, rows: Sequence[tuple[int, st
     users = {user_id for _, user_id in rows}
     targets = [EmbedTarget(kind="message", id=str(message_id)) for message_id, _ in rows]
     await publisher.publish(
-        "embed",
+        EMBED,
         [EmbedRequested(user_id=users.pop() if len(users) == 1 else None, targets=targets)],
     )
 
@@ -543,7 +544,7 @@ async def handle_episode_events(
                 if reason:
                     rejected[d.pos] = reason
     if extract:
-        await publisher.publish("extract", extract)
+        await publisher.publish(EXTRACT, extract)
     return result
 
 

@@ -31,6 +31,7 @@ from shared.embeddings.user_settings import as_embedding_settings, resolve_confi
 from shared.errors import InvalidRequest
 from shared.events import EmbedKind, EmbedReason, EmbedRequested, EmbedTarget
 from shared.settings import CommonSettings
+from shared.stream_registry import EMBED
 from shared.streams import Publisher
 
 TARGETS_PER_EVENT = 500
@@ -222,7 +223,7 @@ async def request_embeddings(
         for i in range(0, len(targets), TARGETS_PER_EVENT)
     ]
     for i in range(0, len(events), 100):
-        await publisher.publish("embed", events[i : i + 100])
+        await publisher.publish(EMBED, events[i : i + 100])
 
 
 async def rebuild_progress(pool: Executor, user_id: str) -> RebuildStatus | None:

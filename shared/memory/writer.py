@@ -33,6 +33,7 @@ from shared.erasure import ERASED_MESSAGE, erased_write
 from shared.errors import InvalidRequest, UserErased
 from shared.events import EmbedRequested, EmbedTarget, Event, MemoryChanged
 from shared.memory.supersession import AUDIT_ENTITY, Contradicts, check_supersession
+from shared.stream_registry import EMBED, MEMORIES
 from shared.streams import Publisher
 from shared.users import ENSURE_USER
 
@@ -224,7 +225,7 @@ class Written:
         pending = self.pending
         if pending:
             targets = [EmbedTarget(kind="memory", id=str(i)) for i in pending]
-            batches.append(("embed", [EmbedRequested(user_id=self.user_id, targets=targets)]))
+            batches.append((EMBED, [EmbedRequested(user_id=self.user_id, targets=targets)]))
         changes: list[Event] = []
         for item in self.items:
             if item.inserted:
@@ -235,7 +236,7 @@ class Written:
                 changes.append(self._changed(item.id, "embedded"))
         changes += [self._changed(s, "superseded") for s in self.superseded]
         if changes:
-            batches.append(("memories", changes))
+            batches.append((MEMORIES, changes))
         return batches
 
     def _changed(self, memory_id: uuid.UUID, change: str) -> MemoryChanged:

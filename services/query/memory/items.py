@@ -27,6 +27,7 @@ from shared.memory.writer import (
     insert_items,
     theme_slug,
 )
+from shared.stream_registry import EMBED, MEMORIES
 from shared.streams import Publisher
 
 MAX_CONTENT_CHARS = 20_000
@@ -174,7 +175,7 @@ async def announce(
     if embed:
         batches.append(
             (
-                "embed",
+                EMBED,
                 [
                     EmbedRequested(
                         user_id=user_id,
@@ -184,7 +185,7 @@ async def announce(
             )
         )
     batches.append(
-        ("memories", [MemoryChanged(memory_id=i, user_id=user_id, change=change) for i in ids])
+        (MEMORIES, [MemoryChanged(memory_id=i, user_id=user_id, change=change) for i in ids])
     )
     await publisher.publish_many(batches)  # both streams, one round trip
 

@@ -10,9 +10,8 @@ import asyncpg
 from shared.events import MemoryChanged, memory_adapter
 from shared.memory.supersession import check_supersession, worth_checking
 from shared.runtime import Runtime
+from shared.stream_registry import MEMORIES, SUPERSESSION
 from shared.streams import FailurePolicy
-
-GROUP = "supersession"
 
 
 async def supersede_embedded(
@@ -40,13 +39,13 @@ async def supersede_embedded(
 async def on_memories_changed(rt: Runtime, batch: Sequence[MemoryChanged]) -> None:
     """Adapter: the use case, then publish what it superseded (nothing is refused)."""
     changed = await supersede_embedded(rt.pool, batch)
-    await rt.publisher.publish("memories", changed)
+    await rt.publisher.publish(MEMORIES, changed)
 
 
 def register(rt: Runtime) -> None:
     rt.consume(
-        stream="memories",
-        group=GROUP,
+        stream=MEMORIES,
+        group=SUPERSESSION,
         adapter=memory_adapter,
         handle=lambda batch: on_memories_changed(rt, batch),
         # PostgreSQL or Redis away: wait; anything else: dead-lettered after max_attempts.
