@@ -122,6 +122,17 @@ class ToolsApi(_Group):
     call = _sync(c.tools_call)
 
 
+class Checkpoints(_Group):
+    put = _sync(c.checkpoints_put)
+    put_writes = _sync(c.checkpoints_put_writes)
+    query = _sync(c.checkpoints_query)
+    latest = _sync(c.checkpoints_latest)
+    delete_thread = _sync(c.checkpoints_delete_thread)
+    delete_matching = _sync(c.checkpoints_delete_matching)
+    prune = _sync(c.checkpoints_prune)
+    copy = _sync(c.checkpoints_copy)
+
+
 class AsyncMemory(_Group):
     search = _async(c.memory_search)
     add = _async(c.memory_add)
@@ -158,6 +169,17 @@ class AsyncToolsApi(_Group):
     call = _async(c.tools_call)
 
 
+class AsyncCheckpoints(_Group):
+    put = _async(c.checkpoints_put)
+    put_writes = _async(c.checkpoints_put_writes)
+    query = _async(c.checkpoints_query)
+    latest = _async(c.checkpoints_latest)
+    delete_thread = _async(c.checkpoints_delete_thread)
+    delete_matching = _async(c.checkpoints_delete_matching)
+    prune = _async(c.checkpoints_prune)
+    copy = _async(c.checkpoints_copy)
+
+
 class Engram:
     """Blocking client. ``Engram("http://127.0.0.1:8000", api_key)``; an admin key
     acts for ``user``. Use it as a context manager, or call :meth:`close`."""
@@ -191,6 +213,7 @@ class Engram:
         self.messages = Messages(self)
         self.people = PeopleApi(self)
         self.tools = ToolsApi(self)
+        self.checkpoints = Checkpoints(self)
 
     def send(self, call: c.Call[T]) -> T:
         for attempt in range(self.retry.attempts):
@@ -252,6 +275,7 @@ class AsyncEngram:
         self.messages = AsyncMessages(self)
         self.people = AsyncPeopleApi(self)
         self.tools = AsyncToolsApi(self)
+        self.checkpoints = AsyncCheckpoints(self)
 
     async def send(self, call: c.Call[T]) -> T:
         for attempt in range(self.retry.attempts):

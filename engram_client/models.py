@@ -181,3 +181,40 @@ class ToolResult(Model):
     result: Any = None
     error: str | None = None
     content: str
+
+
+class CheckpointWrite(Model):
+    task_id: str
+    idx: int
+    channel: str
+    value: Any = None
+    task_path: str = ""
+
+
+class Checkpoint(Model):
+    thread_id: str
+    checkpoint_ns: str = ""
+    checkpoint_id: str
+    parent_id: str | None = None
+    agent_id: str | None = None
+    step: int | None = None
+    state: Any = None
+    created_at: str
+    writes: list[CheckpointWrite] | None = None
+
+
+class Checkpoints(Model):
+    checkpoints: list[Checkpoint]
+
+
+class WritesStored(Model):
+    stored: int
+
+
+class CheckpointsDeleted(Model):
+    deleted: int
+
+
+class ThreadCopied(Model):
+    thread_id: str
+    copied: int

@@ -140,6 +140,16 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
             ("GET", "/v1/threads/thread-a/checkpoints/latest", None),
             ("GET", f"/v1/threads/thread-a/checkpoints/{checkpoint_id}/lineage", None),
             ("DELETE", "/v1/threads/thread-a/checkpoints", None),
+            ("PUT", f"/v1/threads/thread-a/checkpoints/{checkpoint_id}", {"state": {"b": 1}}),
+            (
+                "PUT",
+                f"/v1/threads/thread-a/checkpoints/{checkpoint_id}/writes",
+                {"task_id": "t", "writes": [{"idx": 0, "channel": "c", "value": 1}]},
+            ),
+            ("POST", "/v1/threads/thread-a/checkpoints/copy", {"to_thread_id": "thread-b"}),
+            ("POST", "/v1/checkpoints/query", {"thread_id": "thread-a", "writes": True}),
+            ("POST", "/v1/checkpoints/delete", {"contains_any": [{"s": MARK}]}),
+            ("POST", "/v1/checkpoints/prune", {"thread_ids": ["thread-a"], "keep": "none"}),
             ("GET", "/v1/tools", None),
             ("DELETE", f"/v1/users/{a}", None),
             ("POST", f"/v1/users/{a}/reenable", None),
@@ -289,7 +299,14 @@ def _template(path: str) -> str:
         prev2 = parts[i - 2] if i > 1 else ""
         if (prev2, prev) in names and part not in ("search",):
             out.append(names[(prev2, prev)])
-        elif prev == "checkpoints" and part not in ("latest", ""):
+        elif prev == "checkpoints" and part not in (
+            "latest",
+            "",
+            "copy",
+            "query",
+            "delete",
+            "prune",
+        ):
             out.append("{checkpoint_id}")
         else:
             out.append(part)
