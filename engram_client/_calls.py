@@ -306,3 +306,48 @@ def checkpoints_prune(
 def checkpoints_copy(thread_id: str, to_thread_id: str) -> Call[m.ThreadCopied]:
     body = {"to_thread_id": to_thread_id}
     return Call("POST", f"{_thread(thread_id)}/copy", m.ThreadCopied, body)
+
+
+# store (LangGraph's BaseStore in engram_langgraph): items by (namespace, key)
+def store_put(
+    namespace: list[str], key: str, value: dict[str, Any], *, index: list[str] | None = None
+) -> Call[m.StoreItem]:
+    """Save ``value`` under (namespace, key); ``index``: the fields to embed (else all)."""
+    body = _body(namespace=namespace, key=key, value=value, index=index)
+    return Call("PUT", "/v1/store/items", m.StoreItem, body)
+
+
+def store_get(namespace: list[str], key: str) -> Call[m.StoreItem]:
+    body = {"namespace": namespace, "key": key}
+    return Call("POST", "/v1/store/items/get", m.StoreItem, body)
+
+
+def store_delete(namespace: list[str], key: str) -> Call[m.StoreDeleted]:
+    body = {"namespace": namespace, "key": key}
+    return Call("POST", "/v1/store/items/delete", m.StoreDeleted, body)
+
+
+def store_search(
+    namespace_prefix: list[str],
+    *,
+    query: str | None = None,
+    filter: dict[str, Any] | None = None,
+    limit: int = 10,
+    offset: int = 0,
+) -> Call[m.StoreItems]:
+    body = _body(
+        namespace_prefix=namespace_prefix, query=query, filter=filter, limit=limit, offset=offset
+    )
+    return Call("POST", "/v1/store/search", m.StoreItems, body)
+
+
+def store_namespaces(
+    *,
+    prefix: list[str] | None = None,
+    suffix: list[str] | None = None,
+    max_depth: int | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> Call[m.StoreNamespaces]:
+    body = _body(prefix=prefix, suffix=suffix, max_depth=max_depth, limit=limit, offset=offset)
+    return Call("POST", "/v1/store/namespaces", m.StoreNamespaces, body)

@@ -133,6 +133,14 @@ class Checkpoints(_Group):
     copy = _sync(c.checkpoints_copy)
 
 
+class Store(_Group):
+    put = _sync(c.store_put)
+    get = _sync(c.store_get)
+    delete = _sync(c.store_delete)
+    search = _sync(c.store_search)
+    namespaces = _sync(c.store_namespaces)
+
+
 class AsyncMemory(_Group):
     search = _async(c.memory_search)
     add = _async(c.memory_add)
@@ -180,6 +188,14 @@ class AsyncCheckpoints(_Group):
     copy = _async(c.checkpoints_copy)
 
 
+class AsyncStore(_Group):
+    put = _async(c.store_put)
+    get = _async(c.store_get)
+    delete = _async(c.store_delete)
+    search = _async(c.store_search)
+    namespaces = _async(c.store_namespaces)
+
+
 class Engram:
     """Blocking client. ``Engram("http://127.0.0.1:8000", api_key)``; an admin key
     acts for ``user``. Use it as a context manager, or call :meth:`close`."""
@@ -214,6 +230,7 @@ class Engram:
         self.people = PeopleApi(self)
         self.tools = ToolsApi(self)
         self.checkpoints = Checkpoints(self)
+        self.store = Store(self)
 
     def send(self, call: c.Call[T]) -> T:
         for attempt in range(self.retry.attempts):
@@ -276,6 +293,7 @@ class AsyncEngram:
         self.people = AsyncPeopleApi(self)
         self.tools = AsyncToolsApi(self)
         self.checkpoints = AsyncCheckpoints(self)
+        self.store = AsyncStore(self)
 
     async def send(self, call: c.Call[T]) -> T:
         for attempt in range(self.retry.attempts):

@@ -218,3 +218,24 @@ class CheckpointsDeleted(Model):
 class ThreadCopied(Model):
     thread_id: str
     copied: int
+
+
+class StoreItem(Model):
+    namespace: list[str]
+    key: str
+    value: dict[str, Any]
+    created_at: str
+    updated_at: str
+    score: float | None = None
+
+
+class StoreItems(Model):
+    items: list[StoreItem]
+
+
+class StoreNamespaces(Model):
+    namespaces: list[list[str]]
+
+
+class StoreDeleted(Model):
+    deleted: int

@@ -12,5 +12,6 @@ database.
 """
 
 from engram_langgraph.checkpoint import EngramSaver
+from engram_langgraph.store import EngramStore
 
-__all__ = ["EngramSaver"]
+__all__ = ["EngramSaver", "EngramStore"]

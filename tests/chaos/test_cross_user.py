@@ -88,6 +88,8 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
                 "/v1/threads/thread-a/checkpoints", json={"state": {"s": MARK}}, headers=ha
             )
         )
+        a_item = {"namespace": ["ns-a"], "key": "k"}
+        _ok(await c.put("/v1/store/items", json={**a_item, "value": {"s": MARK}}, headers=ha))
         _ok(
             await c.post(
                 "/v1/remember",
@@ -150,6 +152,11 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
             ("POST", "/v1/checkpoints/query", {"thread_id": "thread-a", "writes": True}),
             ("POST", "/v1/checkpoints/delete", {"contains_any": [{"s": MARK}]}),
             ("POST", "/v1/checkpoints/prune", {"thread_ids": ["thread-a"], "keep": "none"}),
+            ("PUT", "/v1/store/items", {**a_item, "value": {"b": 1}}),
+            ("POST", "/v1/store/items/get", a_item),
+            ("POST", "/v1/store/search", {"namespace_prefix": ["ns-a"], "query": MARK}),
+            ("POST", "/v1/store/namespaces", {}),
+            ("POST", "/v1/store/items/delete", a_item),
             ("GET", "/v1/tools", None),
             ("DELETE", f"/v1/users/{a}", None),
             ("POST", f"/v1/users/{a}/reenable", None),
@@ -219,6 +226,7 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
             f"/v1/threads/thread-a/checkpoints/{checkpoint_id}/lineage", headers=ha
         )
         jarvus = await c.get(f"/v1/jarvus/facts?query={MARK}", headers=ha)
+        stored_a = await c.post("/v1/store/items/get", json=a_item, headers=ha)
         summary = _ok(await c.get("/v1/facts/summary", headers=ha))
         spec = (await c.get("/openapi.json")).json()
     if [f["value"] for f in after] != [f["value"] for f in before]:
@@ -229,6 +237,8 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
         leaks.append(("write", "A's checkpoints changed", lineage.status_code))
     if MARK not in jarvus.text:
         leaks.append(("write", "A's jarvus memory changed", jarvus.text[:200]))
+    if stored_a.status_code != 200 or MARK not in stored_a.text:
+        leaks.append(("write", "A's store item changed", stored_a.status_code))
     if MARK not in str(summary):
         leaks.append(("write", "A's summary changed", summary))
 

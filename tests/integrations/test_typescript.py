@@ -3,6 +3,7 @@ TypeScript example, against a running query service."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -41,10 +42,16 @@ async def env_for(live: LiveQuery, pool: asyncpg.Pool) -> dict[str, str]:
 
 
 async def test_node_suite(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
-    npm_ci()
+    await asyncio.to_thread(npm_ci)
     env = await env_for(live_query, pool)
-    done = subprocess.run(
-        [str(NPM), "test"], cwd=CLIENT, env=env, capture_output=True, text=True, timeout=300
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [str(NPM), "test"],
+        cwd=CLIENT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     print(done.stdout[-3000:], done.stderr[-2000:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
@@ -54,7 +61,8 @@ async def test_node_suite(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
 
 async def test_typescript_example(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
     env = await env_for(live_query, pool)
-    done = subprocess.run(
+    done = await asyncio.to_thread(
+        subprocess.run,
         [str(NODE), str(ROOT / "examples" / "typescript" / "remember.mjs")],
         env=env,
         capture_output=True,

@@ -15,6 +15,7 @@ ROUTER_MODULES = [
     "services.query.routes.jarvus",
     "services.query.routes.checkpoints",
     "services.query.routes.graph_checkpoints",
+    "services.query.routes.graph_store",
     "services.query.routes.tool_calls",
     "services.query.routes.users",
     "services.query.routes.admin",
