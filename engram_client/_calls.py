@@ -351,3 +351,41 @@ def store_namespaces(
 ) -> Call[m.StoreNamespaces]:
     body = _body(prefix=prefix, suffix=suffix, max_depth=max_depth, limit=limit, offset=offset)
     return Call("POST", "/v1/store/namespaces", m.StoreNamespaces, body)
+
+
+# conversation turns (published to the pipeline like a chat platform's)
+def turns_publish(
+    chat_id: str,
+    role: Literal["user", "assistant", "tool", "system"],
+    content: str = "",
+    *,
+    provider: str = "api",
+    display_name: str | None = None,
+    external_message_id: str | None = None,
+    occurred_at: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Call[m.TurnPublished]:
+    """Publish one turn to engram's ``turns`` stream; listed once ingest stored it.
+    ``external_message_id`` makes a retried publish store the turn once."""
+    body = _body(
+        chat_id=chat_id,
+        role=role,
+        content=content,
+        provider=provider,
+        display_name=display_name,
+        external_message_id=external_message_id,
+        occurred_at=occurred_at,
+        metadata=metadata,
+    )
+    return Call("POST", "/v1/turns", m.TurnPublished, body)
+
+
+def turns_list(chat_id: str, *, provider: str = "api", limit: int = 100) -> Call[m.Turns]:
+    """The chat's last ``limit`` stored turns, oldest first."""
+    body = {"chat_id": chat_id, "provider": provider, "limit": limit}
+    return Call("POST", "/v1/turns/list", m.Turns, body)
+
+
+def turns_delete(chat_id: str, *, provider: str = "api") -> Call[m.TurnsDeleted]:
+    body = {"chat_id": chat_id, "provider": provider}
+    return Call("POST", "/v1/turns/delete", m.TurnsDeleted, body)

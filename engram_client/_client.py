@@ -141,6 +141,12 @@ class Store(_Group):
     namespaces = _sync(c.store_namespaces)
 
 
+class TurnsApi(_Group):
+    publish = _sync(c.turns_publish)
+    list = _sync(c.turns_list)
+    delete = _sync(c.turns_delete)
+
+
 class AsyncMemory(_Group):
     search = _async(c.memory_search)
     add = _async(c.memory_add)
@@ -196,6 +202,12 @@ class AsyncStore(_Group):
     namespaces = _async(c.store_namespaces)
 
 
+class AsyncTurnsApi(_Group):
+    publish = _async(c.turns_publish)
+    list = _async(c.turns_list)
+    delete = _async(c.turns_delete)
+
+
 class Engram:
     """Blocking client. ``Engram("http://127.0.0.1:8000", api_key)``; an admin key
     acts for ``user``. Use it as a context manager, or call :meth:`close`."""
@@ -231,6 +243,7 @@ class Engram:
         self.tools = ToolsApi(self)
         self.checkpoints = Checkpoints(self)
         self.store = Store(self)
+        self.turns = TurnsApi(self)
 
     def send(self, call: c.Call[T]) -> T:
         for attempt in range(self.retry.attempts):
@@ -294,6 +307,7 @@ class AsyncEngram:
         self.tools = AsyncToolsApi(self)
         self.checkpoints = AsyncCheckpoints(self)
         self.store = AsyncStore(self)
+        self.turns = AsyncTurnsApi(self)
 
     async def send(self, call: c.Call[T]) -> T:
         for attempt in range(self.retry.attempts):

@@ -239,3 +239,27 @@ class StoreNamespaces(Model):
 
 class StoreDeleted(Model):
     deleted: int
+
+
+class TurnPublished(Model):
+    event_id: str
+    stream_id: str
+
+
+class Turn(Model):
+    id: int
+    role: str
+    content: str
+    display_name: str | None = None
+    external_message_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    occurred_at: str
+    episode_id: str
+
+
+class Turns(Model):
+    turns: list[Turn]
+
+
+class TurnsDeleted(Model):
+    deleted: int

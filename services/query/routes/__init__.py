@@ -16,6 +16,7 @@ ROUTER_MODULES = [
     "services.query.routes.checkpoints",
     "services.query.routes.graph_checkpoints",
     "services.query.routes.graph_store",
+    "services.query.routes.chat_turns",
     "services.query.routes.tool_calls",
     "services.query.routes.users",
     "services.query.routes.admin",
