@@ -359,19 +359,17 @@ def turns_publish(
     role: Literal["user", "assistant", "tool", "system"],
     content: str = "",
     *,
-    provider: str = "api",
     display_name: str | None = None,
     external_message_id: str | None = None,
     occurred_at: str | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> Call[m.TurnPublished]:
-    """Publish one turn to engram's ``turns`` stream; listed once ingest stored it.
-    ``external_message_id`` makes a retried publish store the turn once."""
+    """Publish one turn of the user's own chat ``chat_id`` to engram's ``turns`` stream;
+    listed once ingest stored it. ``external_message_id`` stores a retried publish once."""
     body = _body(
         chat_id=chat_id,
         role=role,
         content=content,
-        provider=provider,
         display_name=display_name,
         external_message_id=external_message_id,
         occurred_at=occurred_at,
@@ -380,12 +378,12 @@ def turns_publish(
     return Call("POST", "/v1/turns", m.TurnPublished, body)
 
 
-def turns_list(chat_id: str, *, provider: str = "api", limit: int = 100) -> Call[m.Turns]:
+def turns_list(chat_id: str, *, limit: int = 100) -> Call[m.Turns]:
     """The chat's last ``limit`` stored turns, oldest first."""
-    body = {"chat_id": chat_id, "provider": provider, "limit": limit}
+    body = {"chat_id": chat_id, "limit": limit}
     return Call("POST", "/v1/turns/list", m.Turns, body)
 
 
-def turns_delete(chat_id: str, *, provider: str = "api") -> Call[m.TurnsDeleted]:
-    body = {"chat_id": chat_id, "provider": provider}
+def turns_delete(chat_id: str) -> Call[m.TurnsDeleted]:
+    body = {"chat_id": chat_id}
     return Call("POST", "/v1/turns/delete", m.TurnsDeleted, body)

@@ -244,6 +244,7 @@ class StoreDeleted(Model):
 class TurnPublished(Model):
     event_id: str
     stream_id: str
+    provider: str
 
 
 class Turn(Model):

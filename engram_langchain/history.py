@@ -31,11 +31,11 @@ from engram_langchain._clients import Clients
 
 Role = Literal["user", "assistant", "tool", "system"]
 ROLES: dict[str, Role] = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
-PROVIDER = "langchain"
 
 
 class EngramChatMessageHistory(BaseChatMessageHistory):
-    """The turns of one chat (``chat_id``) of the key's user, under ``provider``.
+    """The turns of one chat (``chat_id``) of the key's user (the user's own chats:
+    engram gives them a provider of the user's, so no one else can join them).
 
     ``limit``: how many of the last turns ``messages`` returns (at most 500).
     """
@@ -46,28 +46,22 @@ class EngramChatMessageHistory(BaseChatMessageHistory):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        provider: str = PROVIDER,
         display_name: str | None = None,
         limit: int = 100,
         user: str | None = None,
         client: Engram | None = None,
         aclient: AsyncEngram | None = None,
     ) -> None:
-        self.chat_id, self.provider, self.display_name, self.limit = (
-            chat_id,
-            provider,
-            display_name,
-            limit,
-        )
+        self.chat_id, self.display_name, self.limit = chat_id, display_name, limit
         self._clients = Clients(base_url, api_key, user=user, client=client, aclient=aclient)
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        call = c.turns_list(self.chat_id, provider=self.provider, limit=self.limit)
+        call = c.turns_list(self.chat_id, limit=self.limit)
         return [_message(t) for t in self._clients.sync.send(call).turns]
 
     async def aget_messages(self) -> list[BaseMessage]:
-        call = c.turns_list(self.chat_id, provider=self.provider, limit=self.limit)
+        call = c.turns_list(self.chat_id, limit=self.limit)
         return [_message(t) for t in (await self._clients.aio.send(call)).turns]
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
@@ -79,10 +73,10 @@ class EngramChatMessageHistory(BaseChatMessageHistory):
             await self._clients.aio.send(call)
 
     def clear(self) -> None:
-        self._clients.sync.send(c.turns_delete(self.chat_id, provider=self.provider))
+        self._clients.sync.send(c.turns_delete(self.chat_id))
 
     async def aclear(self) -> None:
-        await self._clients.aio.send(c.turns_delete(self.chat_id, provider=self.provider))
+        await self._clients.aio.send(c.turns_delete(self.chat_id))
 
     def _calls(self, messages: Sequence[BaseMessage]) -> list[c.Call[Any]]:
         # the turns' times keep the messages' order (ingest orders a chat by time)
@@ -102,7 +96,6 @@ class EngramChatMessageHistory(BaseChatMessageHistory):
                     self.chat_id,
                     role,
                     m.text if isinstance(m.content, list) else str(m.content),
-                    provider=self.provider,
                     display_name=self.display_name if role == "user" else None,
                     external_message_id=m.id or uuid.uuid4().hex,
                     occurred_at=(start + timedelta(microseconds=i)).isoformat(),

@@ -25,7 +25,7 @@ async def key(live_query: LiveQuery, pool: asyncpg.Pool) -> str:
 
 
 async def test_history_publishes_turns_the_pipeline_stores(
-    live_query: LiveQuery, live_ingest: None, key: str
+    live_query: LiveQuery, live_ingest: None, key: str, pool: asyncpg.Pool
 ) -> None:
     history = EngramChatMessageHistory("chat-1", live_query.url, key, display_name="Sam")
     sent = [
@@ -58,8 +58,22 @@ async def test_history_publishes_turns_the_pipeline_stores(
             "chat-2", client=None, base_url=live_query.url, api_key=key
         )
         assert other.messages == []
+    # another user's chat of the same id is another chat (the provider is the user's)
+    _, other_key = await create_key(pool, user_id=f"lc-{uuid.uuid4().hex[:8]}")
+    theirs = EngramChatMessageHistory("chat-1", live_query.url, other_key)
+    theirs.add_user_message("I am someone else")
+    await wait_for(lambda: _count(theirs, 1), timeout=30, interval=0.2, message="their turn")
+    assert len(history.messages) == len(sent) + 1
+    async with (
+        AsyncEngram(live_query.url, key) as mine,
+        AsyncEngram(live_query.url, other_key) as b,
+    ):
+        ours = await mine.send(c.turns_publish("chat-1", "user", "x", external_message_id="x1"))
+        their = await b.send(c.turns_publish("chat-1", "user", "y", external_message_id="y1"))
+        assert ours.provider != their.provider
     history.clear()
     assert history.messages == []
+    assert [m.content for m in theirs.messages][0] == "I am someone else"
 
 
 async def _count(history: EngramChatMessageHistory, n: int) -> bool:

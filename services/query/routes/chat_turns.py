@@ -1,4 +1,5 @@
-"""Conversation turns over HTTP: publish to the pipeline, list a chat's, delete them."""
+"""Conversation turns over HTTP: publish to the pipeline, list a chat's, delete them.
+The chats are the user's own (services/query/chat_turns: their provider is the user's)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from shared.events import MAX_TURN_CHARS
 
 router = APIRouter(prefix="/v1/turns", tags=["turns"])
 
-Provider = Annotated[str, Field(min_length=1, max_length=100)]
 ChatId = Annotated[str, Field(min_length=1, max_length=200)]
 
 
@@ -26,7 +26,6 @@ class _Body(BaseModel):
 
 class TurnIn(_Body):
     chat_id: ChatId
-    provider: Provider = "api"
     role: Literal["user", "assistant", "tool", "system"]
     content: Annotated[str, Field(max_length=MAX_TURN_CHARS)] = ""
     display_name: Annotated[str | None, Field(max_length=500)] = None
@@ -37,7 +36,6 @@ class TurnIn(_Body):
 
 class ChatIn(_Body):
     chat_id: ChatId
-    provider: Provider = "api"
 
 
 class LastTurnsIn(ChatIn):
@@ -47,6 +45,7 @@ class LastTurnsIn(ChatIn):
 class PublishedOut(R.Out):
     event_id: str
     stream_id: str
+    provider: str = Field(description="the provider of the user's HTTP chats")
 
 
 class TurnOut(R.Out):
@@ -80,14 +79,10 @@ async def publish(body: TurnIn, user_id: UserId, pub: Pub) -> dict[str, Any]:
 @router.post("/list", summary="A chat's last stored turns, oldest first", response_model=TurnsOut)
 async def list_(body: LastTurnsIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
     return {
-        "turns": await ct.last_turns(
-            pool, user_id=user_id, provider=body.provider, chat_id=body.chat_id, limit=body.limit
-        )
+        "turns": await ct.last_turns(pool, user_id=user_id, chat_id=body.chat_id, limit=body.limit)
     }
 
 
 @router.post("/delete", summary="Delete a chat's stored turns", response_model=TurnsDeletedOut)
 async def delete(body: ChatIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
-    return await ct.delete_turns(
-        pool, user_id=user_id, provider=body.provider, chat_id=body.chat_id
-    )
+    return await ct.delete_turns(pool, user_id=user_id, chat_id=body.chat_id)
