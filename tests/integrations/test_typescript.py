@@ -56,7 +56,7 @@ async def test_node_suite(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
     print(done.stdout[-3000:], done.stderr[-2000:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "# fail 0" in done.stdout and "# skipped 0" in done.stdout
-    assert "# pass 10" in done.stdout
+    assert "# pass 11" in done.stdout
 
 
 async def test_typescript_example(live_query: LiveQuery, pool: asyncpg.Pool) -> None:

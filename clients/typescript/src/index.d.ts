@@ -131,6 +131,31 @@ export class Engram {
     deleteThread(
       threadId: string,
     ): Promise<AnswerOf<"/v1/threads/{thread_id}/checkpoints", "delete">>;
+    putWrites(
+      threadId: string,
+      checkpointId: string,
+      body: BodyOf<"/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes", "put">,
+    ): Promise<AnswerOf<"/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes", "put">>;
+    copy(
+      threadId: string,
+      body: BodyOf<"/v1/threads/{thread_id}/checkpoints/copy", "post">,
+    ): Promise<AnswerOf<"/v1/threads/{thread_id}/checkpoints/copy", "post">>;
+    deleteMatching: Op<"/v1/checkpoints/delete", "post">;
+    prune: Op<"/v1/checkpoints/prune", "post">;
+  };
+  /** LangGraph-style store: items by (namespace, key) that are engram memories. */
+  store: {
+    put(body: BodyOf<"/v1/store/items", "put">): Promise<AnswerOf<"/v1/store/items", "put">>;
+    get: Op<"/v1/store/items/get", "post">;
+    delete: Op<"/v1/store/items/delete", "post">;
+    search: Op<"/v1/store/search", "post">;
+    namespaces: Op<"/v1/store/namespaces", "post">;
+  };
+  /** Turns of the user's own chats, published to engram's pipeline. */
+  turns: {
+    publish: Op<"/v1/turns", "post">;
+    list: Op<"/v1/turns/list", "post">;
+    delete: Op<"/v1/turns/delete", "post">;
   };
   call(
     name: string,

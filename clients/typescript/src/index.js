@@ -113,6 +113,18 @@ export const ENDPOINTS = {
   "checkpoints.lineage": ["GET", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/lineage"],
   "checkpoints.query": ["POST", "/v1/checkpoints/query"],
   "checkpoints.deleteThread": ["DELETE", "/v1/threads/{thread_id}/checkpoints"],
+  "checkpoints.putWrites": ["PUT", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes"],
+  "checkpoints.copy": ["POST", "/v1/threads/{thread_id}/checkpoints/copy"],
+  "checkpoints.deleteMatching": ["POST", "/v1/checkpoints/delete"],
+  "checkpoints.prune": ["POST", "/v1/checkpoints/prune"],
+  "store.put": ["PUT", "/v1/store/items"],
+  "store.get": ["POST", "/v1/store/items/get"],
+  "store.delete": ["POST", "/v1/store/items/delete"],
+  "store.search": ["POST", "/v1/store/search"],
+  "store.namespaces": ["POST", "/v1/store/namespaces"],
+  "turns.publish": ["POST", "/v1/turns"],
+  "turns.list": ["POST", "/v1/turns/list"],
+  "turns.delete": ["POST", "/v1/turns/delete"],
 };
 
 const sleep = (s) => new Promise((resolve) => setTimeout(resolve, s * 1000));
@@ -182,6 +194,23 @@ export class Engram {
         call("checkpoints.lineage")({ thread_id: threadId, checkpoint_id: checkpointId }),
       query: (body) => call("checkpoints.query")({}, body),
       deleteThread: (threadId) => call("checkpoints.deleteThread")({ thread_id: threadId }),
+      putWrites: (threadId, checkpointId, body) =>
+        call("checkpoints.putWrites")({ thread_id: threadId, checkpoint_id: checkpointId }, body),
+      copy: (threadId, body) => call("checkpoints.copy")({ thread_id: threadId }, body),
+      deleteMatching: (body) => call("checkpoints.deleteMatching")({}, body),
+      prune: (body) => call("checkpoints.prune")({}, body),
+    };
+    this.store = {
+      put: (body) => call("store.put")({}, body),
+      get: (body) => call("store.get")({}, body),
+      delete: (body) => call("store.delete")({}, body),
+      search: (body) => call("store.search")({}, body),
+      namespaces: (body) => call("store.namespaces")({}, body),
+    };
+    this.turns = {
+      publish: (body) => call("turns.publish")({}, body),
+      list: (body) => call("turns.list")({}, body),
+      delete: (body) => call("turns.delete")({}, body),
     };
   }
 

@@ -570,6 +570,142 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/store/items": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Save an item's value under (namespace, key) */
+        put: operations["put_v1_store_items_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/store/items/get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** One item by (namespace, key) */
+        post: operations["get_v1_store_items_get_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/store/items/delete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Delete an item (0 when there was none) */
+        post: operations["delete_v1_store_items_delete_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/store/search": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Items under a namespace prefix: by relevance to a query, or newest first */
+        post: operations["search_v1_store_search_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/store/namespaces": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The namespaces holding items (prefix/suffix with '*', max depth) */
+        post: operations["namespaces_v1_store_namespaces_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/turns": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Publish a conversation turn to the pipeline (stored once ingest has it) */
+        post: operations["publish_v1_turns_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/turns/list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A chat's last stored turns, oldest first */
+        post: operations["list__v1_turns_list_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/turns/delete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Delete a chat's stored turns */
+        post: operations["delete_v1_turns_delete_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tools": {
         parameters: {
             query?: never;
@@ -1020,13 +1156,6 @@ export interface components {
             /** Status */
             status: string;
         };
-        /** ChatIn */
-        ChatIn: {
-            /** Provider */
-            provider: string;
-            /** Chat Id */
-            chat_id: string;
-        };
         /** CheckpointDeleteIn */
         CheckpointDeleteIn: {
             /**
@@ -1117,7 +1246,7 @@ export interface components {
              */
             message?: string;
             /** @description the chat the message is in */
-            chat?: components["schemas"]["ChatIn"] | null;
+            chat?: components["schemas"]["services__query__people_api__ChatIn"] | null;
             /**
              * Policy
              * @description auto (Ash: relevant messages, memories, known people), tools (Nova: tool instructions and theme hints, no memory content), summary (Navi: the narrative summary), sections (Jarvus: facts, recent episodes, procedures)
@@ -1310,7 +1439,7 @@ export interface components {
             /** Summary */
             summary?: unknown;
             /** Turns */
-            turns: components["schemas"]["TurnOut"][];
+            turns: components["schemas"]["services__query__responses__TurnOut"][];
         } & {
             [key: string]: unknown;
         };
@@ -1579,6 +1708,37 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** ItemDeletedOut */
+        ItemDeletedOut: {
+            /**
+             * Deleted
+             * @enum {integer}
+             */
+            deleted: 0 | 1;
+        };
+        /** ItemIn */
+        ItemIn: {
+            /** Namespace */
+            namespace: string[];
+            /** Key */
+            key: string;
+            /** Value */
+            value: {
+                [key: string]: unknown;
+            };
+            /**
+             * Index
+             * @description the value's fields to embed (dotted); none: all of it
+             */
+            index?: string[] | null;
+        };
+        /** ItemKeyIn */
+        ItemKeyIn: {
+            /** Namespace */
+            namespace: string[];
+            /** Key */
+            key: string;
+        };
         /** JarvusEpisodesOut */
         JarvusEpisodesOut: {
             /** Episodes */
@@ -1618,6 +1778,16 @@ export interface components {
         JarvusProceduresOut: {
             /** Procedures */
             procedures: components["schemas"]["JarvusItemOut"][];
+        };
+        /** LastTurnsIn */
+        LastTurnsIn: {
+            /** Chat Id */
+            chat_id: string;
+            /**
+             * Limit
+             * @default 100
+             */
+            limit?: number;
         };
         /** LineageOut */
         LineageOut: {
@@ -1737,6 +1907,11 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** NamespaceListOut */
+        NamespaceListOut: {
+            /** Namespaces */
+            namespaces: string[][];
+        };
         /** NamespaceOut */
         NamespaceOut: {
             /** Namespace */
@@ -1745,6 +1920,25 @@ export interface components {
             items: number;
             /** Latest */
             latest: string;
+        };
+        /** NamespacesIn */
+        NamespacesIn: {
+            /** Prefix */
+            prefix?: string[] | null;
+            /** Suffix */
+            suffix?: string[] | null;
+            /** Max Depth */
+            max_depth?: number | null;
+            /**
+             * Limit
+             * @default 100
+             */
+            limit?: number;
+            /**
+             * Offset
+             * @default 0
+             */
+            offset?: number;
         };
         /** NamespacesOut */
         NamespacesOut: {
@@ -1884,6 +2078,18 @@ export interface components {
              * @enum {string}
              */
             keep?: "latest" | "none";
+        };
+        /** PublishedOut */
+        PublishedOut: {
+            /** Event Id */
+            event_id: string;
+            /** Stream Id */
+            stream_id: string;
+            /**
+             * Provider
+             * @description the provider of the user's HTTP chats
+             */
+            provider: string;
         };
         /** QueriedCheckpointOut */
         QueriedCheckpointOut: {
@@ -2040,7 +2246,7 @@ export interface components {
              */
             theme?: string;
             /** @description the chat this call happens in */
-            chat?: components["schemas"]["ChatIn"] | null;
+            chat?: components["schemas"]["services__query__people_api__ChatIn"] | null;
         };
         /** RememberedItemOut */
         RememberedItemOut: {
@@ -2232,6 +2438,28 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** StoreHitOut */
+        StoreHitOut: {
+            /** Namespace */
+            namespace: string[];
+            /** Key */
+            key: string;
+            /** Value */
+            value: {
+                [key: string]: unknown;
+            };
+            /** Created At */
+            created_at: string;
+            /** Updated At */
+            updated_at: string;
+            /** Score */
+            score: number | null;
+        };
+        /** StoreHitsOut */
+        StoreHitsOut: {
+            /** Items */
+            items: components["schemas"]["StoreHitOut"][];
+        };
         /** StoreIn */
         StoreIn: {
             /** Text */
@@ -2261,6 +2489,48 @@ export interface components {
              * @default default
              */
             namespace?: string;
+        };
+        /** StoreItemOut */
+        StoreItemOut: {
+            /** Namespace */
+            namespace: string[];
+            /** Key */
+            key: string;
+            /** Value */
+            value: {
+                [key: string]: unknown;
+            };
+            /** Created At */
+            created_at: string;
+            /** Updated At */
+            updated_at: string;
+        };
+        /** StoreSearchIn */
+        StoreSearchIn: {
+            /**
+             * Namespace Prefix
+             * @default []
+             */
+            namespace_prefix?: string[];
+            /** Query */
+            query?: string | null;
+            /**
+             * Filter
+             * @description values that contain this ({"field": value} or $eq)
+             */
+            filter?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Limit
+             * @default 10
+             */
+            limit?: number;
+            /**
+             * Offset
+             * @default 0
+             */
+            offset?: number;
         };
         /** SubjectOut */
         SubjectOut: {
@@ -2357,23 +2627,40 @@ export interface components {
                 [key: string]: unknown;
             }[] | null;
         };
-        /** TurnOut */
-        TurnOut: {
-            /** Id */
-            id: number;
-            /** Role */
-            role: string;
-            /** Speaker */
-            speaker: string;
-            /** Content */
-            content: string;
+        /** TurnIn */
+        TurnIn: {
+            /** Chat Id */
+            chat_id: string;
             /**
-             * Occurred At
-             * Format: date-time
+             * Role
+             * @enum {string}
              */
-            occurred_at: string;
-        } & {
-            [key: string]: unknown;
+            role: "user" | "assistant" | "tool" | "system";
+            /**
+             * Content
+             * @default
+             */
+            content?: string;
+            /** Display Name */
+            display_name?: string | null;
+            /** External Message Id */
+            external_message_id?: string | null;
+            /** Occurred At */
+            occurred_at?: string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+        };
+        /** TurnsDeletedOut */
+        TurnsDeletedOut: {
+            /** Deleted */
+            deleted: number;
+        };
+        /** TurnsOut */
+        TurnsOut: {
+            /** Turns */
+            turns: components["schemas"]["services__query__routes__chat_turns__TurnOut"][];
         };
         /** WorkflowIn */
         WorkflowIn: {
@@ -2464,6 +2751,13 @@ export interface components {
              */
             limit?: number;
         };
+        /** ChatIn */
+        services__query__people_api__ChatIn: {
+            /** Provider */
+            provider: string;
+            /** Chat Id */
+            chat_id: string;
+        };
         /** FactIn */
         services__query__people_api__FactIn: {
             /** Content */
@@ -2497,7 +2791,7 @@ export interface components {
              * @description Filter to person (e.g., 'my wife', 'Sarah')
              */
             about?: string | null;
-            chat?: components["schemas"]["ChatIn"] | null;
+            chat?: components["schemas"]["services__query__people_api__ChatIn"] | null;
             /**
              * Limit
              * @default 5
@@ -2520,6 +2814,50 @@ export interface components {
             updated?: boolean | null;
         } & {
             [key: string]: unknown;
+        };
+        /** TurnOut */
+        services__query__responses__TurnOut: {
+            /** Id */
+            id: number;
+            /** Role */
+            role: string;
+            /** Speaker */
+            speaker: string;
+            /** Content */
+            content: string;
+            /**
+             * Occurred At
+             * Format: date-time
+             */
+            occurred_at: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** ChatIn */
+        services__query__routes__chat_turns__ChatIn: {
+            /** Chat Id */
+            chat_id: string;
+        };
+        /** TurnOut */
+        services__query__routes__chat_turns__TurnOut: {
+            /** Id */
+            id: number;
+            /** Role */
+            role: string;
+            /** Content */
+            content: string;
+            /** Display Name */
+            display_name: string | null;
+            /** External Message Id */
+            external_message_id: string | null;
+            /** Metadata */
+            metadata: {
+                [key: string]: unknown;
+            };
+            /** Occurred At */
+            occurred_at: string;
+            /** Episode Id */
+            episode_id: string;
         };
         /** StoredOut */
         services__query__routes__graph_checkpoints__StoredOut: {
@@ -5369,6 +5707,710 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CountOut"];
+                };
+            };
+            /** @description The request cannot be served as asked (detail says why) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the limit (ENGRAM_MAX_REQUEST_BYTES, default 1 MB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    put_v1_store_items_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ItemIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoreItemOut"];
+                };
+            };
+            /** @description The request cannot be served as asked (detail says why) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the limit (ENGRAM_MAX_REQUEST_BYTES, default 1 MB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    get_v1_store_items_get_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ItemKeyIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoreItemOut"];
+                };
+            };
+            /** @description The request cannot be served as asked (detail says why) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the limit (ENGRAM_MAX_REQUEST_BYTES, default 1 MB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    delete_v1_store_items_delete_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ItemKeyIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ItemDeletedOut"];
+                };
+            };
+            /** @description The request cannot be served as asked (detail says why) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the limit (ENGRAM_MAX_REQUEST_BYTES, default 1 MB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    search_v1_store_search_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StoreSearchIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoreHitsOut"];
+                };
+            };
+            /** @description The request cannot be served as asked (detail says why) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the limit (ENGRAM_MAX_REQUEST_BYTES, default 1 MB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    namespaces_v1_store_namespaces_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NamespacesIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NamespaceListOut"];
+                };
+            };
+            /** @description The request cannot be served as asked (detail says why) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the limit (ENGRAM_MAX_REQUEST_BYTES, default 1 MB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    publish_v1_turns_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TurnIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PublishedOut"];
+                };
+            };
+            /** @description The request cannot be served as asked (detail says why) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the limit (ENGRAM_MAX_REQUEST_BYTES, default 1 MB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    list__v1_turns_list_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LastTurnsIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TurnsOut"];
+                };
+            };
+            /** @description The request cannot be served as asked (detail says why) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the limit (ENGRAM_MAX_REQUEST_BYTES, default 1 MB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    delete_v1_turns_delete_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["services__query__routes__chat_turns__ChatIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TurnsDeletedOut"];
                 };
             };
             /** @description The request cannot be served as asked (detail says why) */

@@ -80,12 +80,34 @@ test("checkpoints: save, lineage, latest, put with a parent, query, delete", liv
   const forked = await client.checkpoints.put(thread, "fork", { state: { n: 3 }, parent_id: first.checkpoint_id });
   assert.equal(forked.parent_id, first.checkpoint_id);
   assert.equal((await client.checkpoints.latest(thread)).checkpoint_id, "fork");
+  await client.checkpoints.putWrites(thread, "fork", { task_id: "t1", writes: [{ idx: 0, channel: "c", value: 7 }] });
   const queried = await client.checkpoints.query({ thread_id: thread, contains: { n: 2 } });
+  const withWrites = await client.checkpoints.query({ thread_id: thread, checkpoint_id: "fork", writes: true });
+  assert.deepEqual(
+    withWrites.checkpoints[0].writes.map((w) => [w.task_id, w.channel, w.value]),
+    [["t1", "c", 7]],
+  );
   assert.deepEqual(
     queried.checkpoints.map((c) => c.checkpoint_id),
     [second.checkpoint_id],
   );
   assert.equal((await client.checkpoints.deleteThread(thread)).deleted, 3);
+});
+
+test("store: put, get, search by prefix and filter, namespaces, delete", live, async () => {
+  const client = new Engram(URL_, KEY);
+  await client.store.put({ namespace: ["ts", marker], key: "k1", value: { text: "likes jasmine tea", n: 1 } });
+  await client.store.put({ namespace: ["ts", marker], key: "k2", value: { text: "plays chess", n: 2 } });
+  assert.equal((await client.store.get({ namespace: ["ts", marker], key: "k1" })).value.n, 1);
+  const found = await client.store.search({ namespace_prefix: ["ts"], query: "jasmine", filter: { n: { $lt: 5 } } });
+  assert.deepEqual(
+    found.items.map((i) => i.key),
+    ["k1", "k2"],
+  );
+  assert.ok(found.items[0].score > 0 && found.items[1].score === null);
+  assert.deepEqual((await client.store.namespaces({ prefix: ["ts"] })).namespaces, [["ts", marker]]);
+  assert.equal((await client.store.delete({ namespace: ["ts", marker], key: "k1" })).deleted, 1);
+  await assert.rejects(client.store.get({ namespace: ["ts", marker], key: "k1" }), NotFound);
 });
 
 test("errors: a bad field is ValidationFailed naming it; a wrong key is AuthenticationError", live, async () => {
