@@ -22,8 +22,8 @@ import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
 from langgraph.checkpoint.base.id import uuid6
@@ -33,17 +33,20 @@ from bench.common import bench_stack, percentiles, table, write_result
 from bench.search import wait_http
 from engram_langgraph import EngramSaver
 from shared.apikeys import create_key
+from shared.db import create_pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MESSAGE = "The user asked about the weather in Lisbon and the assistant answered it. " * 3
+MESSAGE_CHARS = len(MESSAGE)
 
 
-def checkpoint(step: int) -> Checkpoint:
+def checkpoint(step: int, chars: int = MESSAGE_CHARS) -> Checkpoint:
+    text = (MESSAGE * (chars // len(MESSAGE) + 1))[:chars]
     return Checkpoint(
         v=1,
         id=str(uuid6(clock_seq=step)),
         ts=datetime.now(UTC).isoformat(),
-        channel_values={"messages": [f"{i}: {MESSAGE}" for i in range(step + 1)], "step": step},
+        channel_values={"messages": [f"{i}: {text}" for i in range(step + 1)], "step": step},
         channel_versions={"messages": step + 1, "step": step + 1},
         versions_seen={"agent": {"messages": step}},
         pending_sends=[],  # type: ignore[typeddict-unknown-key]
@@ -57,12 +60,13 @@ async def run_round(
     steps: range,
     parent: str | None,
     out: dict[str, list[float]],
+    chars: int = MESSAGE_CHARS,
 ) -> str | None:
     for step in steps:
         config: RunnableConfig = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
         if parent is not None:
             config["configurable"]["checkpoint_id"] = parent
-        cp = checkpoint(step)
+        cp = checkpoint(step, chars)
         t = time.perf_counter()
         stored = await saver.aput(
             config, cp, {"source": "loop", "step": step, "parents": {}}, {"messages": step + 1}
@@ -89,18 +93,22 @@ def start_query(db_url: str, redis_url: str, port: int) -> subprocess.Popen[byte
     return subprocess.Popen([sys.executable, "-m", "services.query"], env=env, cwd=ROOT)
 
 
-async def bench(db_url: str, redis_url: str, port: int, steps: int, rounds: int) -> dict[str, Any]:
+async def bench(
+    db_url: str, redis_url: str, port: int, steps: int, rounds: int, chars: int
+) -> dict[str, Any]:
     proc = start_query(db_url, redis_url, port)
     try:
         await wait_http(port, proc)
-        pool = await asyncpg.create_pool(db_url, min_size=1, max_size=2)
+        pool = await create_pool(db_url, min_size=1, max_size=2)
         _, key = await create_key(pool, user_id="bench-checkpoints")
         await pool.execute("DROP DATABASE IF EXISTS langgraph_bench")
         await pool.execute("CREATE DATABASE langgraph_bench")
         await pool.close()
-        lg_url = db_url.rsplit("/", 1)[0] + "/langgraph_bench"
+        lg_url = urlunsplit(urlsplit(db_url)._replace(path="/langgraph_bench"))
         engram = EngramSaver(f"http://127.0.0.1:{port}", key)
-        samples = {name: {"put": [], "get": []} for name in ("engram", "postgres")}
+        samples: dict[str, dict[str, list[float]]] = {
+            name: {"put": [], "get": []} for name in ("engram", "postgres")
+        }
         async with AsyncPostgresSaver.from_conn_string(lg_url) as postgres:
             await postgres.setup()
             savers: dict[str, BaseCheckpointSaver[Any]] = {"engram": engram, "postgres": postgres}
@@ -114,7 +122,7 @@ async def bench(db_url: str, redis_url: str, port: int, steps: int, rounds: int)
                 window = range(r * per_round, (r + 1) * per_round)
                 for name, saver in savers.items():
                     parent[name] = await run_round(
-                        saver, thread[name], window, parent[name], samples[name]
+                        saver, thread[name], window, parent[name], samples[name], chars
                     )
         await engram.aclose()
     finally:
@@ -127,7 +135,7 @@ async def bench(db_url: str, redis_url: str, port: int, steps: int, rounds: int)
         op: round(out["engram"][op]["p95_ms"] / out["postgres"][op]["p95_ms"], 2)
         for op in ("put", "get")
     }
-    out["steps"], out["rounds"], out["message_chars"] = steps, rounds, len(MESSAGE)
+    out["steps"], out["rounds"], out["message_chars"] = steps, rounds, chars
     return out
 
 
@@ -135,6 +143,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--chars", type=int, default=MESSAGE_CHARS, help="per message")
+    parser.add_argument("--name", default="checkpoints", help="bench/results/NAME.json")
     args = parser.parse_args()
     with bench_stack("ckpt") as s:
         result = asyncio.run(
@@ -144,9 +154,10 @@ def main() -> None:
                 s.query_port,
                 args.steps,
                 args.rounds,
+                args.chars,
             )
         )
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (name, op, f"{result[name][op]['p50_ms']:.2f}", f"{result[name][op]['p95_ms']:.2f}")
         for op in ("put", "get")
         for name in ("engram", "postgres")
@@ -154,7 +165,7 @@ def main() -> None:
     print(table(rows, ("saver", "op", "p50 ms", "p95 ms")))
     ratio = result["ratio_p95"]
     print(f"engram / postgres at p95: put {ratio['put']}x, get {ratio['get']}x")
-    print(f"-> {write_result('checkpoints', result)}")
+    print(f"-> {write_result(args.name, result)}")
 
 
 if __name__ == "__main__":

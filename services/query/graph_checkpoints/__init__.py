@@ -26,18 +26,33 @@ from shared.errors import InvalidRequest
 
 _COLUMNS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, agent_id, step, state, created_at"
 
+# One statement, one round trip: the user ensured (the foreign key is checked at the
+# statement's end), the checkpoint saved, its audit line written (as shared.db.audit
+# writes them; the memory writer does the same in one statement).
 PUT = f"""
-INSERT INTO checkpoints AS c
-    (user_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, agent_id, step, state)
-VALUES ($1, $2, $3, $4, $5, $6,
-        coalesce((SELECT least(p.step + 1, {MAX_STEP}) FROM checkpoints p
-                  WHERE p.user_id = $1 AND p.thread_id = $2 AND p.checkpoint_id = $5), 0),
-        $7)
-ON CONFLICT (user_id, thread_id, checkpoint_id) DO UPDATE
-SET state = EXCLUDED.state, parent_id = EXCLUDED.parent_id, agent_id = EXCLUDED.agent_id,
-    step = EXCLUDED.step
-WHERE c.checkpoint_ns = EXCLUDED.checkpoint_ns
-RETURNING {_COLUMNS}, (xmax = 0) AS inserted
+WITH u AS (
+    INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING
+),
+c AS (
+    INSERT INTO checkpoints AS c
+        (user_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, agent_id, step, state)
+    VALUES ($1, $2, $3, $4, $5, $6,
+            coalesce((SELECT least(p.step + 1, {MAX_STEP}) FROM checkpoints p
+                      WHERE p.user_id = $1 AND p.thread_id = $2 AND p.checkpoint_id = $5), 0),
+            $7)
+    ON CONFLICT (user_id, thread_id, checkpoint_id) DO UPDATE
+    SET state = EXCLUDED.state, parent_id = EXCLUDED.parent_id, agent_id = EXCLUDED.agent_id,
+        step = EXCLUDED.step
+    WHERE c.checkpoint_ns = EXCLUDED.checkpoint_ns
+    RETURNING {_COLUMNS.replace(" state,", "")}, (xmax = 0) AS inserted
+),
+a AS (
+    INSERT INTO audit_log (user_id, actor, action, entity, entity_id, details)
+    SELECT $1, 'api', CASE WHEN c.inserted THEN 'create' ELSE 'update' END, 'checkpoint',
+           $2 || '/' || $4, '{{}}'::jsonb
+    FROM c
+)
+SELECT * FROM c
 """
 
 # $2-$5 narrow (NULL: any); $6 is a cursor id: only checkpoints older than it.
@@ -158,25 +173,15 @@ async def put(
     """Save (or replace) the checkpoint with exactly this parent; none starts a lineage."""
     if parent_id == checkpoint_id:
         raise InvalidRequest("parent_id: a checkpoint cannot be its own parent")
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(ENSURE_USER, user_id)
-        row = await conn.fetchrow(
-            PUT, user_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, agent_id, state
+    row = await pool.fetchrow(
+        PUT, user_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, agent_id, state
+    )
+    if row is None:
+        raise InvalidRequest(
+            f"checkpoint_ns: checkpoint {checkpoint_id!r} of thread {thread_id!r} is in "
+            "another namespace"
         )
-        if row is None:
-            raise InvalidRequest(
-                f"checkpoint_ns: checkpoint {checkpoint_id!r} of thread {thread_id!r} is in "
-                "another namespace"
-            )
-        await audit(
-            conn,
-            user_id=user_id,
-            action="create" if row["inserted"] else "update",
-            entity="checkpoint",
-            entity_id=f"{thread_id}/{checkpoint_id}",
-            actor="api",
-        )
-    return checkpoint_dict(row)
+    return checkpoint_dict(row, state=False)
 
 
 async def put_writes(
@@ -321,14 +326,16 @@ async def copy_thread(
     return {"thread_id": to_thread_id, "copied": copied}
 
 
-def checkpoint_dict(r: asyncpg.Record) -> dict[str, Any]:
-    return {
+def checkpoint_dict(r: asyncpg.Record, *, state: bool = True) -> dict[str, Any]:
+    out = {
         "thread_id": r["thread_id"],
         "checkpoint_ns": r["checkpoint_ns"],
         "checkpoint_id": r["checkpoint_id"],
         "parent_id": r["parent_id"],
         "agent_id": r["agent_id"],
         "step": r["step"],
-        "state": r["state"],
         "created_at": r["created_at"].isoformat(),
     }
+    if state:
+        out["state"] = r["state"]
+    return out

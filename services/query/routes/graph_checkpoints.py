@@ -81,6 +81,18 @@ class CopyIn(_Body):
     to_thread_id: Id
 
 
+class SavedCheckpointOut(R.Out):
+    """A saved checkpoint, without the state it was sent."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    agent_id: str | None
+    step: int
+    created_at: str
+
+
 class GraphCheckpointOut(R.CheckpointOut):
     checkpoint_ns: str
 
@@ -117,7 +129,7 @@ class CopiedOut(R.Out):
 @router.put(
     "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}",
     summary="Save a checkpoint with exactly this parent (none: a new lineage)",
-    response_model=GraphCheckpointOut,
+    response_model=SavedCheckpointOut,
 )
 async def put(
     thread_id: Thread,
