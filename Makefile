@@ -35,12 +35,12 @@ test-chaos: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m chaos tests/chaos
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared services engram_cli engram_client tests bench
-	$(BIN)/ruff format --check shared services engram_cli engram_client tests bench
+	$(BIN)/ruff check shared services engram_cli engram_client engram_langgraph engram_langchain tests bench examples
+	$(BIN)/ruff format --check shared services engram_cli engram_client engram_langgraph engram_langchain tests bench examples
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy shared services engram_cli engram_client
+	$(BIN)/mypy shared services engram_cli engram_client engram_langgraph engram_langchain
 
 migrate: $(STAMP)
 	$(BIN)/engram migrate

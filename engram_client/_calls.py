@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
+from urllib.parse import quote
 
 from engram_client import models as m
 
@@ -213,3 +214,176 @@ def tools_list(format: Literal["all", "openai", "anthropic"] = "all") -> Call[m.
 def tools_call(name: str, arguments: Any = None, *, id: str | None = None) -> Call[m.ToolResult]:
     body = _body(name=name, arguments=arguments, id=id)
     return Call("POST", "/v1/tools/call", m.ToolResult, body)
+
+
+# thread checkpoints (Jarvus; LangGraph's checkpointer in engram_langgraph)
+def _thread(thread_id: str) -> str:
+    return f"/v1/threads/{quote(thread_id, safe='')}/checkpoints"
+
+
+def checkpoints_put(
+    thread_id: str,
+    checkpoint_id: str,
+    state: dict[str, Any],
+    *,
+    checkpoint_ns: str = "",
+    parent_id: str | None = None,
+    agent_id: str | None = None,
+) -> Call[m.Checkpoint]:
+    """Save (or replace) a checkpoint with exactly this parent; none starts a lineage."""
+    body = _body(state=state, checkpoint_ns=checkpoint_ns, parent_id=parent_id, agent_id=agent_id)
+    path = f"{_thread(thread_id)}/{quote(checkpoint_id, safe='')}"
+    return Call("PUT", path, m.Checkpoint, body)
+
+
+def checkpoints_put_writes(
+    thread_id: str,
+    checkpoint_id: str,
+    task_id: str,
+    writes: list[dict[str, Any]],
+    *,
+    checkpoint_ns: str = "",
+    task_path: str = "",
+    replace: bool = False,
+) -> Call[m.WritesStored]:
+    """Store a task's writes (``[{"idx", "channel", "value"}]``) against a checkpoint."""
+    body = {
+        "checkpoint_ns": checkpoint_ns,
+        "task_id": task_id,
+        "task_path": task_path,
+        "writes": writes,
+        "replace": replace,
+    }
+    path = f"{_thread(thread_id)}/{quote(checkpoint_id, safe='')}/writes"
+    return Call("PUT", path, m.WritesStored, body)
+
+
+def checkpoints_query(
+    *,
+    thread_id: str | None = None,
+    checkpoint_ns: str | None = None,
+    checkpoint_id: str | None = None,
+    contains: dict[str, Any] | None = None,
+    before: str | None = None,
+    limit: int = 100,
+    writes: bool = False,
+) -> Call[m.Checkpoints]:
+    """The user's checkpoints that match, newest first (``writes``: with pending writes)."""
+    body = _body(
+        thread_id=thread_id,
+        checkpoint_ns=checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        contains=contains,
+        before=before,
+        limit=limit,
+        writes=writes,
+    )
+    return Call("POST", "/v1/checkpoints/query", m.Checkpoints, body)
+
+
+def checkpoints_latest(thread_id: str) -> Call[m.Checkpoint]:
+    return Call("GET", f"{_thread(thread_id)}/latest", m.Checkpoint)
+
+
+def checkpoints_delete_thread(thread_id: str) -> Call[m.Model]:
+    """Delete the thread's checkpoints and writes (404 when it has none)."""
+    return Call("DELETE", _thread(thread_id), m.Model)
+
+
+def checkpoints_delete_matching(contains_any: list[dict[str, Any]]) -> Call[m.CheckpointsDeleted]:
+    """Delete the checkpoints whose state contains any of these JSON objects."""
+    body = {"contains_any": contains_any}
+    return Call("POST", "/v1/checkpoints/delete", m.CheckpointsDeleted, body)
+
+
+def checkpoints_prune(
+    thread_ids: list[str], *, keep: Literal["latest", "none"] = "latest"
+) -> Call[m.CheckpointsDeleted]:
+    body = {"thread_ids": thread_ids, "keep": keep}
+    return Call("POST", "/v1/checkpoints/prune", m.CheckpointsDeleted, body)
+
+
+def checkpoints_copy(thread_id: str, to_thread_id: str) -> Call[m.ThreadCopied]:
+    body = {"to_thread_id": to_thread_id}
+    return Call("POST", f"{_thread(thread_id)}/copy", m.ThreadCopied, body)
+
+
+# store (LangGraph's BaseStore in engram_langgraph): items by (namespace, key)
+def store_put(
+    namespace: list[str], key: str, value: dict[str, Any], *, index: list[str] | None = None
+) -> Call[m.StoreItem]:
+    """Save ``value`` under (namespace, key); ``index``: the fields to embed (else all)."""
+    body = _body(namespace=namespace, key=key, value=value, index=index)
+    return Call("PUT", "/v1/store/items", m.StoreItem, body)
+
+
+def store_get(namespace: list[str], key: str) -> Call[m.StoreItem]:
+    body = {"namespace": namespace, "key": key}
+    return Call("POST", "/v1/store/items/get", m.StoreItem, body)
+
+
+def store_delete(namespace: list[str], key: str) -> Call[m.StoreDeleted]:
+    body = {"namespace": namespace, "key": key}
+    return Call("POST", "/v1/store/items/delete", m.StoreDeleted, body)
+
+
+def store_search(
+    namespace_prefix: list[str],
+    *,
+    query: str | None = None,
+    filter: dict[str, Any] | None = None,
+    limit: int = 10,
+    offset: int = 0,
+) -> Call[m.StoreItems]:
+    body = _body(
+        namespace_prefix=namespace_prefix, query=query, filter=filter, limit=limit, offset=offset
+    )
+    return Call("POST", "/v1/store/search", m.StoreItems, body)
+
+
+def store_namespaces(
+    *,
+    prefix: list[str] | None = None,
+    suffix: list[str] | None = None,
+    max_depth: int | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> Call[m.StoreNamespaces]:
+    body = _body(prefix=prefix, suffix=suffix, max_depth=max_depth, limit=limit, offset=offset)
+    return Call("POST", "/v1/store/namespaces", m.StoreNamespaces, body)
+
+
+# conversation turns (published to the pipeline like a chat platform's)
+def turns_publish(
+    chat_id: str,
+    role: Literal["user", "assistant", "tool", "system"],
+    content: str = "",
+    *,
+    display_name: str | None = None,
+    external_message_id: str | None = None,
+    occurred_at: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Call[m.TurnPublished]:
+    """Publish one turn of the user's own chat ``chat_id`` to engram's ``turns`` stream;
+    listed once ingest stored it. ``external_message_id`` stores a retried publish once."""
+    body = _body(
+        chat_id=chat_id,
+        role=role,
+        content=content,
+        display_name=display_name,
+        external_message_id=external_message_id,
+        occurred_at=occurred_at,
+        metadata=metadata,
+    )
+    return Call("POST", "/v1/turns", m.TurnPublished, body)
+
+
+def turns_list(chat_id: str, *, limit: int = 100) -> Call[m.Turns]:
+    """The chat's last ``limit`` stored turns, oldest first."""
+    body = {"chat_id": chat_id, "limit": limit}
+    return Call("POST", "/v1/turns/list", m.Turns, body)
+
+
+def turns_delete(chat_id: str) -> Call[m.TurnsDeleted]:
+    body = {"chat_id": chat_id}
+    return Call("POST", "/v1/turns/delete", m.TurnsDeleted, body)

@@ -122,6 +122,31 @@ class ToolsApi(_Group):
     call = _sync(c.tools_call)
 
 
+class Checkpoints(_Group):
+    put = _sync(c.checkpoints_put)
+    put_writes = _sync(c.checkpoints_put_writes)
+    query = _sync(c.checkpoints_query)
+    latest = _sync(c.checkpoints_latest)
+    delete_thread = _sync(c.checkpoints_delete_thread)
+    delete_matching = _sync(c.checkpoints_delete_matching)
+    prune = _sync(c.checkpoints_prune)
+    copy = _sync(c.checkpoints_copy)
+
+
+class Store(_Group):
+    put = _sync(c.store_put)
+    get = _sync(c.store_get)
+    delete = _sync(c.store_delete)
+    search = _sync(c.store_search)
+    namespaces = _sync(c.store_namespaces)
+
+
+class TurnsApi(_Group):
+    publish = _sync(c.turns_publish)
+    list = _sync(c.turns_list)
+    delete = _sync(c.turns_delete)
+
+
 class AsyncMemory(_Group):
     search = _async(c.memory_search)
     add = _async(c.memory_add)
@@ -158,6 +183,31 @@ class AsyncToolsApi(_Group):
     call = _async(c.tools_call)
 
 
+class AsyncCheckpoints(_Group):
+    put = _async(c.checkpoints_put)
+    put_writes = _async(c.checkpoints_put_writes)
+    query = _async(c.checkpoints_query)
+    latest = _async(c.checkpoints_latest)
+    delete_thread = _async(c.checkpoints_delete_thread)
+    delete_matching = _async(c.checkpoints_delete_matching)
+    prune = _async(c.checkpoints_prune)
+    copy = _async(c.checkpoints_copy)
+
+
+class AsyncStore(_Group):
+    put = _async(c.store_put)
+    get = _async(c.store_get)
+    delete = _async(c.store_delete)
+    search = _async(c.store_search)
+    namespaces = _async(c.store_namespaces)
+
+
+class AsyncTurnsApi(_Group):
+    publish = _async(c.turns_publish)
+    list = _async(c.turns_list)
+    delete = _async(c.turns_delete)
+
+
 class Engram:
     """Blocking client. ``Engram("http://127.0.0.1:8000", api_key)``; an admin key
     acts for ``user``. Use it as a context manager, or call :meth:`close`."""
@@ -191,6 +241,9 @@ class Engram:
         self.messages = Messages(self)
         self.people = PeopleApi(self)
         self.tools = ToolsApi(self)
+        self.checkpoints = Checkpoints(self)
+        self.store = Store(self)
+        self.turns = TurnsApi(self)
 
     def send(self, call: c.Call[T]) -> T:
         for attempt in range(self.retry.attempts):
@@ -252,6 +305,9 @@ class AsyncEngram:
         self.messages = AsyncMessages(self)
         self.people = AsyncPeopleApi(self)
         self.tools = AsyncToolsApi(self)
+        self.checkpoints = AsyncCheckpoints(self)
+        self.store = AsyncStore(self)
+        self.turns = AsyncTurnsApi(self)
 
     async def send(self, call: c.Call[T]) -> T:
         for attempt in range(self.retry.attempts):

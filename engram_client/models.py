@@ -181,3 +181,86 @@ class ToolResult(Model):
     result: Any = None
     error: str | None = None
     content: str
+
+
+class CheckpointWrite(Model):
+    task_id: str
+    idx: int
+    channel: str
+    value: Any = None
+    task_path: str = ""
+
+
+class Checkpoint(Model):
+    thread_id: str
+    checkpoint_ns: str = ""
+    checkpoint_id: str
+    parent_id: str | None = None
+    agent_id: str | None = None
+    step: int | None = None
+    state: Any = None
+    created_at: str
+    writes: list[CheckpointWrite] | None = None
+
+
+class Checkpoints(Model):
+    checkpoints: list[Checkpoint]
+
+
+class WritesStored(Model):
+    stored: int
+
+
+class CheckpointsDeleted(Model):
+    deleted: int
+
+
+class ThreadCopied(Model):
+    thread_id: str
+    copied: int
+
+
+class StoreItem(Model):
+    namespace: list[str]
+    key: str
+    value: dict[str, Any]
+    created_at: str
+    updated_at: str
+    score: float | None = None
+
+
+class StoreItems(Model):
+    items: list[StoreItem]
+
+
+class StoreNamespaces(Model):
+    namespaces: list[list[str]]
+
+
+class StoreDeleted(Model):
+    deleted: int
+
+
+class TurnPublished(Model):
+    event_id: str
+    stream_id: str
+    provider: str
+
+
+class Turn(Model):
+    id: int
+    role: str
+    content: str
+    display_name: str | None = None
+    external_message_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    occurred_at: str
+    episode_id: str
+
+
+class Turns(Model):
+    turns: list[Turn]
+
+
+class TurnsDeleted(Model):
+    deleted: int

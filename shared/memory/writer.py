@@ -115,7 +115,8 @@ SELECT id, created_at, expires_at, embedding_state, inserted FROM i
 _UPSERT = """
     ON CONFLICT (user_id, namespace, category, key) WHERE category IS NOT NULL AND key IS NOT NULL
     DO UPDATE SET
-        content = EXCLUDED.content, source = EXCLUDED.source, confidence = EXCLUDED.confidence,
+        content = EXCLUDED.content, data = EXCLUDED.data, source = EXCLUDED.source,
+        confidence = EXCLUDED.confidence,
         expires_at = EXCLUDED.expires_at, source_context = EXCLUDED.source_context,
         theme = EXCLUDED.theme, status = 'active', superseded_at = NULL, superseded_by = NULL,
         -- a new value for the key: valid from now, the old one kept in data.replaced

@@ -88,6 +88,8 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
                 "/v1/threads/thread-a/checkpoints", json={"state": {"s": MARK}}, headers=ha
             )
         )
+        a_item = {"namespace": ["ns-a"], "key": "k"}
+        _ok(await c.put("/v1/store/items", json={**a_item, "value": {"s": MARK}}, headers=ha))
         _ok(
             await c.post(
                 "/v1/remember",
@@ -140,6 +142,25 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
             ("GET", "/v1/threads/thread-a/checkpoints/latest", None),
             ("GET", f"/v1/threads/thread-a/checkpoints/{checkpoint_id}/lineage", None),
             ("DELETE", "/v1/threads/thread-a/checkpoints", None),
+            ("PUT", f"/v1/threads/thread-a/checkpoints/{checkpoint_id}", {"state": {"b": 1}}),
+            (
+                "PUT",
+                f"/v1/threads/thread-a/checkpoints/{checkpoint_id}/writes",
+                {"task_id": "t", "writes": [{"idx": 0, "channel": "c", "value": 1}]},
+            ),
+            ("POST", "/v1/threads/thread-a/checkpoints/copy", {"to_thread_id": "thread-b"}),
+            ("POST", "/v1/checkpoints/query", {"thread_id": "thread-a", "writes": True}),
+            ("POST", "/v1/checkpoints/delete", {"contains_any": [{"s": MARK}]}),
+            ("POST", "/v1/checkpoints/prune", {"thread_ids": ["thread-a"], "keep": "none"}),
+            ("PUT", "/v1/store/items", {**a_item, "value": {"b": 1}}),
+            ("POST", "/v1/store/items/get", a_item),
+            ("POST", "/v1/store/search", {"namespace_prefix": ["ns-a"], "query": MARK}),
+            ("POST", "/v1/store/namespaces", {}),
+            ("POST", "/v1/store/items/delete", a_item),
+            # B's turns go to B's own chats (a provider of B's), never joining A's
+            ("POST", "/v1/turns", {"chat_id": "chat-of-a", "role": "user", "content": "b"}),
+            ("POST", "/v1/turns/list", {"chat_id": "chat-of-a"}),
+            ("POST", "/v1/turns/delete", {"chat_id": "chat-of-a"}),
             ("GET", "/v1/tools", None),
             ("DELETE", f"/v1/users/{a}", None),
             ("POST", f"/v1/users/{a}/reenable", None),
@@ -209,6 +230,7 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
             f"/v1/threads/thread-a/checkpoints/{checkpoint_id}/lineage", headers=ha
         )
         jarvus = await c.get(f"/v1/jarvus/facts?query={MARK}", headers=ha)
+        stored_a = await c.post("/v1/store/items/get", json=a_item, headers=ha)
         summary = _ok(await c.get("/v1/facts/summary", headers=ha))
         spec = (await c.get("/openapi.json")).json()
     if [f["value"] for f in after] != [f["value"] for f in before]:
@@ -219,6 +241,8 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
         leaks.append(("write", "A's checkpoints changed", lineage.status_code))
     if MARK not in jarvus.text:
         leaks.append(("write", "A's jarvus memory changed", jarvus.text[:200]))
+    if stored_a.status_code != 200 or MARK not in stored_a.text:
+        leaks.append(("write", "A's store item changed", stored_a.status_code))
     if MARK not in str(summary):
         leaks.append(("write", "A's summary changed", summary))
 
@@ -289,7 +313,14 @@ def _template(path: str) -> str:
         prev2 = parts[i - 2] if i > 1 else ""
         if (prev2, prev) in names and part not in ("search",):
             out.append(names[(prev2, prev)])
-        elif prev == "checkpoints" and part not in ("latest", ""):
+        elif prev == "checkpoints" and part not in (
+            "latest",
+            "",
+            "copy",
+            "query",
+            "delete",
+            "prune",
+        ):
             out.append("{checkpoint_id}")
         else:
             out.append(part)

@@ -103,6 +103,7 @@ ORDER BY created_at DESC, step DESC LIMIT $3
 """
 
 DELETE_THREAD = "DELETE FROM checkpoints WHERE user_id = $1 AND thread_id = $2"
+DELETE_THREAD_WRITES = "DELETE FROM checkpoint_writes WHERE user_id = $1 AND thread_id = $2"
 
 
 async def save(
@@ -184,6 +185,7 @@ async def list_thread(
 
 async def delete_thread(pool: asyncpg.Pool, *, user_id: str, thread_id: str) -> ThreadDeleted:
     async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(DELETE_THREAD_WRITES, user_id, thread_id)  # graph_checkpoints
         status = await conn.execute(DELETE_THREAD, user_id, thread_id)
         deleted = int(status.split()[-1])
         if deleted == 0:
