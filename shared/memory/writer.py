@@ -115,16 +115,17 @@ SELECT id, created_at, expires_at, embedding_state, inserted FROM i
 _UPSERT = """
     ON CONFLICT (user_id, namespace, category, key) WHERE category IS NOT NULL AND key IS NOT NULL
     DO UPDATE SET
-        content = EXCLUDED.content, data = EXCLUDED.data, source = EXCLUDED.source,
+        content = EXCLUDED.content, source = EXCLUDED.source,
         confidence = EXCLUDED.confidence,
         expires_at = EXCLUDED.expires_at, source_context = EXCLUDED.source_context,
         theme = EXCLUDED.theme, status = 'active', superseded_at = NULL, superseded_by = NULL,
-        -- a new value for the key: valid from now, the old one kept in data.replaced
+        -- a new value for the key: valid from now, the old one kept in data.replaced;
+        -- the data is the new write's (a LangGraph store item's value lives there)
         valid_from = CASE WHEN m.content = EXCLUDED.content
                           THEN m.valid_from ELSE EXCLUDED.valid_from END,
         valid_to = EXCLUDED.valid_to,
-        data = CASE WHEN m.content = EXCLUDED.content THEN m.data
-                    ELSE m.data || jsonb_build_object('replaced', jsonb_build_object(
+        data = CASE WHEN m.content = EXCLUDED.content THEN EXCLUDED.data
+                    ELSE EXCLUDED.data || jsonb_build_object('replaced', jsonb_build_object(
                         'content', m.content, 'valid_from', m.valid_from,
                         'valid_to', EXCLUDED.valid_from)) END,
         last_verified_at = now(), updated_at = now(),

@@ -4,7 +4,7 @@ An item is a ``memory_items`` row written by the one writer
 (:func:`shared.memory.writer.insert_items`): type ``other``, category
 :data:`CATEGORY`, the namespace's labels joined by ``.`` (LangGraph forbids dots
 in a label) as its ``namespace``, the key as its ``key``, the value as its
-``data``, and as its ``content`` the text that is embedded and searched: the
+``data.value``, and as its ``content`` the text that is embedded and searched: the
 value's ``index`` fields, or the whole value as JSON. Saving a key again is the
 writer's upsert (the text re-embedded when it changed). So the embedder embeds
 items, the memory search finds them, and the browser shows them like any memory.
@@ -49,7 +49,7 @@ MATCHING = f"""
 SELECT {_ITEM} FROM memory_items
 WHERE {_STORE}
   AND ($2::text IS NULL OR namespace = $2 OR namespace LIKE $3)
-  AND ($4::jsonb IS NULL OR data @> $4)
+  AND ($4::jsonb IS NULL OR data -> 'value' @> $4)
   AND ($5::uuid[] IS NULL OR id = ANY($5))
   AND NOT (id = ANY($6::uuid[])) {{compare}}
 ORDER BY updated_at DESC, id
@@ -105,7 +105,7 @@ class Filter:
 
     def sql(self) -> str:
         return "".join(
-            f"\n  AND (data #> ${8 + 2 * i}::text[]) {COMPARE[op]} ${9 + 2 * i}::jsonb"
+            f"\n  AND (data -> 'value' #> ${8 + 2 * i}::text[]) {COMPARE[op]} ${9 + 2 * i}::jsonb"
             for i, (_, op, _) in enumerate(self.compare)
         )
 
@@ -159,7 +159,7 @@ async def put(
         namespace=ns,
         category=CATEGORY,
         key=key,
-        data=value,
+        data={"value": value},  # the writer keeps its own notes beside it (data.replaced)
         source="store",
         audit={"namespace": ns, "key": key},
     )
@@ -263,7 +263,7 @@ def item_dict(r: asyncpg.Record) -> dict[str, Any]:
     return {
         "namespace": r["namespace"].split(SEP),
         "key": r["key"],
-        "value": r["data"],
+        "value": r["data"].get("value"),
         "created_at": r["created_at"].isoformat(),
         "updated_at": r["updated_at"].isoformat(),
     }
