@@ -25,8 +25,8 @@ The band check needs both vectors, which the embedder computes after the add.
 memory stored with its vector; the supersession consumer, when the embedder
 reports it), under the owner's lock that supersession takes, so concurrent
 checks of one user are serialised. The older memory survives; the newer one is
-marked superseded by it (kept for history, out of retrieval) with an audit line
-``merge``, and the survivor counts it as a confirmation. Episodes (one row per
+marked ``merged`` and superseded by it (kept for history, out of retrieval) with
+an audit line ``merge``, and the survivor counts it as a confirmation. Episodes (one row per
 occurrence) and Navi's keyed facts (one value per key) are never merged.
 """
 
@@ -70,7 +70,10 @@ _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _NUMBER = re.compile(
     r"(?i)\d+(?:[.,]\d+)?|\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|"
     r"eleven|twelve|twenty|thirty|forty|fifty|hundred|thousand|first|second|third|fourth|"
-    r"fifth|once|twice|single|double|triple|half)\b"
+    r"fifth|once|twice|single|double|triple|half|monday|tuesday|wednesday|thursday|friday|"
+    r"saturday|sunday|weekends?|weekdays?|january|february|march|april|may|june|july|"
+    r"august|september|october|november|december|today|tomorrow|yesterday|morning|"
+    r"afternoon|evening|night)\b"
 )
 _NEGATION = re.compile(
     r"(?i)\b(?:not|no|never|n't|dislikes?|hates?|doesn't|don't|didn't|isn't|wasn't|won't|"
@@ -79,15 +82,22 @@ _NEGATION = re.compile(
 _STOP = frozenset(
     """a an the and or but of to in on at for with from by as is am are was were be been being
     has have had do does did it its this that these those there their they them he she his
-    her him i me my mine myself we our you your user user's really very just also so too
-    now currently still always usually like""".split()
+    her him i me my mine myself i'm i've i'd i'll we our you your user user's really very
+    just also so too
+    now currently still always usually like likes liked""".split()
 )
 
 
 def _stem(word: str) -> str:
-    for suffix in ("ing", "ies", "es", "ed", "s"):
-        if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    """A light stem: ``goes``/``go``, ``writes``/``write``, ``running``/``run`` meet."""
+    for suffix in ("ing", "ies", "ed", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            word = word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+            break
+    if len(word) > 2 and word.endswith("e"):
+        word = word[:-1]
+    if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiou":
+        word = word[:-1]
     return word
 
 
@@ -98,14 +108,21 @@ def words_of(text: str) -> set[str]:
 
 def differ(a: str, b: str) -> bool:
     """Whether ``a`` and ``b`` evidently state different things, however similar:
-    other numbers, a negation on one side only, or the same attribute
+    other numbers or times (days, months, parts of the day), a negation on one side
+    only, or the same attribute
     (:func:`~shared.memory.supersession.attribute_of`) with another value."""
     if {n.lower() for n in _NUMBER.findall(a)} != {n.lower() for n in _NUMBER.findall(b)}:
         return True
     if bool(_NEGATION.search(a)) != bool(_NEGATION.search(b)):
         return True
     x, y = attribute_of(a), attribute_of(b)
-    return x is not None and y is not None and x != y
+    return x is not None and y is not None and (_whose(x[0]), x[1]) != (_whose(y[0]), y[1])
+
+
+def _whose(key: str) -> str:
+    """An attribute's key with the user's own possessive dropped ("my sister", "user's
+    sister": "sister")."""
+    return re.sub(r"^(?:my|user's|user) ", "", key)
 
 
 def same_offline(a: str, b: str) -> bool:
@@ -178,8 +195,9 @@ LIMIT 5
 """
 
 MARK_MERGED = """
-UPDATE memory_items SET superseded_at = now(), superseded_by = $2, updated_at = now()
-WHERE id = $1 AND superseded_at IS NULL
+UPDATE memory_items
+SET status = 'merged', superseded_at = now(), superseded_by = $2, updated_at = now()
+WHERE id = $1 AND status = 'active' AND superseded_at IS NULL
 RETURNING source, episode_id, source_message_id, created_at, confirmations, sources,
           importance, confidence, last_confirmed_at
 """
@@ -193,6 +211,18 @@ SET confirmations = m.confirmations + 1 + $3,
     confidence = greatest(m.confidence, $7),
     updated_at = now()
 WHERE id = $1 AND user_id = $2
+"""
+
+# The memory a confirmation counts on: $1, or the one it was merged into (and so on).
+SURVIVOR = """
+WITH RECURSIVE chain (id, status, next, depth) AS (
+    SELECT id, status, superseded_by, 0 FROM memory_items WHERE id = $1 AND user_id = $2
+    UNION ALL
+    SELECT m.id, m.status, m.superseded_by, c.depth + 1
+    FROM memory_items m JOIN chain c ON m.id = c.next
+    WHERE c.status = 'merged' AND c.depth < 20
+)
+SELECT id FROM chain ORDER BY depth DESC LIMIT 1
 """
 
 CONFIRM_ITEM = f"""
@@ -220,8 +250,12 @@ async def confirm(
     message_id: int | None = None,
     confidence: float | None = None,
 ) -> None:
-    """Count one confirmation of ``memory_id`` (said again, found the same before storing),
-    with an audit line ``confirm``."""
+    """Count one confirmation of ``memory_id`` (said again, found the same before storing;
+    or, if it was merged since, of the memory it was merged into), with an audit line
+    ``confirm``. Takes the owner's lock, as :func:`merge_duplicate` does, so a merge
+    cannot lose the count."""
+    await conn.execute(LOCK, user_id)
+    memory_id = await conn.fetchval(SURVIVOR, memory_id, user_id) or memory_id
     await conn.execute(
         CONFIRM_ITEM, memory_id, user_id, source, actor, episode_id, message_id, confidence
     )

@@ -14,9 +14,11 @@
 --   row (the writer's INSERT ... ON CONFLICT confirms the other).
 -- * one confidence scale, 0-1: values saved on the old 0-100 scale are divided
 --   by 100.
+-- * status 'merged': a memory found to repeat an older one (kept for history,
+--   superseded_by the survivor).
 -- Existing live duplicates are merged first: the oldest stays, the others are
--- marked superseded by it (kept for history) with one audit line each, and the
--- survivor counts them as confirmations. The column is STORED: adding it
+-- marked merged into it with one audit line each, and the survivor counts them
+-- as confirmations. The column is STORED: adding it
 -- rewrites memory_items once (writes wait for it).
 
 CREATE FUNCTION memory_subject_key(subjects uuid[]) RETURNS text
@@ -43,6 +45,9 @@ ALTER TABLE memory_items
         END
     ) STORED;
 
+ALTER TABLE memory_items DROP CONSTRAINT memory_items_status_check,
+    ADD CONSTRAINT memory_items_status_check CHECK (status IN ('active', 'archived', 'merged'));
+
 UPDATE memory_items SET confidence = confidence / 100 WHERE confidence > 1;
 UPDATE fact_reviews SET confidence = confidence / 100 WHERE confidence > 1;
 
@@ -55,7 +60,8 @@ WITH live AS (
 ),
 dups AS (SELECT * FROM live WHERE n > 1),
 marked AS (
-    UPDATE memory_items m SET superseded_at = now(), superseded_by = d.keeper, updated_at = now()
+    UPDATE memory_items m
+    SET status = 'merged', superseded_at = now(), superseded_by = d.keeper, updated_at = now()
     FROM dups d WHERE m.id = d.id
 ),
 counted AS (
