@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.db import Conn, audit
-from shared.memory.supersession import AUDIT_ENTITY, LOCK, attribute_of
+from shared.memory.supersession import AUDIT_ENTITY, LOCK, attribute_of, live_under_lock
 
 __all__ = ["ASK", "CONFIRM", "Merged", "SameFact", "differ", "merge_duplicate", "same_offline"]
 
@@ -277,19 +277,10 @@ async def merge_duplicate(
     into the older; return what was merged (None: nothing, or not ready yet).
     Idempotent; runs in a transaction of its own (a savepoint inside the caller's)."""
     async with conn.transaction():
-        row = await conn.fetchrow(LOAD, memory_id)
-        if row is None or row["dedupe_key"] is None:
+        row = await live_under_lock(conn, memory_id, LOAD, lambda r: r["dedupe_key"] is not None)
+        if row is None:
             return None
         user_id: str = row["user_id"]
-        await conn.execute(LOCK, user_id)
-        row = await conn.fetchrow(LOAD, memory_id)  # re-read under the lock
-        if (
-            row is None
-            or row["status"] != "active"
-            or row["superseded_at"] is not None
-            or row["embedding_state"] != "ready"
-        ):
-            return None
         for other in await conn.fetch(NEAREST, memory_id, SAME_WORDS):
             rule = await is_same(row["content"], other["content"], other["similarity"], same)
             if rule is None:
