@@ -42,6 +42,7 @@ class MemoryAdded(Model):
     status: str
     theme: str
     created_at: str
+    confirmed: bool = False  # it repeated a live memory: ``id`` is that one's
 
 
 class MemoryItem(Model):
@@ -84,6 +85,7 @@ class RememberedMemory(Model):
     scope: str
     subjects: list[dict[str, Any]] = Field(default_factory=list)
     superseded: list[str] = Field(default_factory=list)
+    confirmed: bool = False  # it repeated a live memory: ``id`` is that one's
 
 
 class Remembered(Model):

@@ -9,9 +9,11 @@ Rules applied to the candidates a model (or the offline extractor) proposes:
 - relative dates are resolved against the episode's time;
 - subjects are resolved to the user's people (a fact about a friend is about
   the friend; a fact about the user has no subjects);
-- dedupe against the user's active facts about the same subjects: the same
-  text or similarity > 0.90 confirms the existing fact (``last_verified_at``);
-  0.80-0.90 asks the model whether they are the same; below, a new fact;
+- dedupe against the user's live memories about the same subjects
+  (``shared.memory.dedupe``): the same text or similarity >= 0.90 confirms the
+  existing one (counted in ``confirmations``, dated, its origin added to
+  ``sources``); 0.80-0.90 asks the model (offline: the stated word rule); below,
+  a new fact;
 - at most 5 new facts per episode (the rest are held for review);
 - a new fact supersedes the ones it contradicts (``shared.memory.supersession``:
   Ash's similarity and subjects, and the same attribute with another value, or
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -38,6 +40,8 @@ from shared.dates import resolve_relative_dates
 from shared.db import Conn
 from shared.errors import EngramError, InvalidModelOutput, InvalidRequest
 from shared.llm.schemas import FactCandidate
+from shared.memory.confidence import by_source
+from shared.memory.dedupe import CONFIRM, SameFact, confirm, is_same
 from shared.memory.people import SELF_REFERENCES, resolve_or_create_person
 from shared.memory.secrets import find_secret, redact
 from shared.memory.supersession import Contradicts
@@ -49,38 +53,31 @@ log = logging.getLogger(__name__)
 FACT_TYPES = ("fact", "preference")
 MAX_FACTS_PER_EPISODE = 5
 MIN_CONFIDENCE = 0.6
-CONFIRM_SIMILARITY = 0.90
-ASK_SIMILARITY = 0.80
-SOURCE_CONFIDENCE = {"tool_call": 0.95, "auto_discovery": 0.95, "user_explicit": 0.90}
-DEFAULT_CONFIDENCE = 0.70
 
-SameFact = Callable[[str, str], Awaitable[bool]]
-
+# The user's live personal memories of the default namespace about the same subjects
+# (what a learned fact is compared with: shared.memory.dedupe's scope), nearest first.
 NEAREST = """
 SELECT id, content, 1 - (embedding <=> $2) AS similarity
 FROM memory_items
-WHERE user_id = $1 AND status = 'active' AND superseded_at IS NULL
-  AND embedding_state = 'ready' AND scope = 'personal' AND type = ANY($3::text[])
-  AND subjects @> $4::uuid[] AND subjects <@ $4::uuid[]
+WHERE user_id = $1 AND status = 'active' AND superseded_at IS NULL AND dedupe_key IS NOT NULL
+  AND embedding_state = 'ready' AND scope = 'personal' AND namespace = 'default'
+  AND subjects @> $3::uuid[] AND subjects <@ $3::uuid[]
 ORDER BY embedding <=> $2
 LIMIT 3
 """
 
+# The same text (migration 0110's memory_content_key: case, spaces, end punctuation).
 SAME_TEXT = """
 SELECT id FROM memory_items
-WHERE user_id = $1 AND status = 'active' AND superseded_at IS NULL AND scope = 'personal'
-  AND type = ANY($2::text[]) AND lower(content) = lower($3)
-  AND subjects @> $4::uuid[] AND subjects <@ $4::uuid[]
+WHERE user_id = $1 AND status = 'active' AND superseded_at IS NULL AND dedupe_key IS NOT NULL
+  AND scope = 'personal' AND namespace = 'default'
+  AND memory_content_key(content) = memory_content_key($2)
+  AND subjects @> $3::uuid[] AND subjects <@ $3::uuid[]
 LIMIT 1
 """
 
 EPISODE_FACTS = """
 SELECT count(*) FROM memory_items WHERE user_id = $1 AND episode_id = $2 AND data ? 'extractor'
-"""
-
-CONFIRM = """
-UPDATE memory_items SET last_verified_at = now(), updated_at = now()
-WHERE id = $1 AND user_id = $2
 """
 
 INSERT_REVIEW = """
@@ -141,7 +138,7 @@ def _capital(text: str) -> str:
 def confidence_of(candidate: FactCandidate) -> float:
     if candidate.confidence is not None:
         return float(candidate.confidence)
-    return SOURCE_CONFIDENCE.get(candidate.source, DEFAULT_CONFIDENCE)
+    return by_source(candidate.source)
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -208,9 +205,7 @@ async def plan_facts(
     planned: list[Fact] = []
     async with pool.acquire() as conn:
         for fact in kept:
-            same = await conn.fetchval(
-                SAME_TEXT, user_id, list(FACT_TYPES), fact.content, fact.subjects
-            )
+            same = await conn.fetchval(SAME_TEXT, user_id, fact.content, fact.subjects)
             if same is not None:
                 plan.confirm.append((same, fact))
                 continue
@@ -221,28 +216,28 @@ async def plan_facts(
                     p.vector
                     and fact.vector
                     and p.subjects == fact.subjects
-                    and _cosine(p.vector, fact.vector) > CONFIRM_SIMILARITY
+                    and _cosine(p.vector, fact.vector) > CONFIRM
                 )
                 for p in planned
             ):
                 plan.dropped.append("repeats another fact of this episode")
                 continue
             if fact.vector is not None:
-                rows = await conn.fetch(
-                    NEAREST, user_id, fact.vector, list(FACT_TYPES), fact.subjects
-                )
-                best = rows[0] if rows else None
-                if best is not None and best["similarity"] > CONFIRM_SIMILARITY:
-                    plan.confirm.append((best["id"], fact))
+                rows = await conn.fetch(NEAREST, user_id, fact.vector, fact.subjects)
+                try:
+                    same = None
+                    for row in rows:
+                        if await is_same(
+                            fact.content, row["content"], row["similarity"], same_fact
+                        ):
+                            same = row["id"]
+                            break
+                except InvalidModelOutput as exc:
+                    plan.review.append((fact, f"equivalence check failed: {exc}"))
                     continue
-                if best is not None and best["similarity"] >= ASK_SIMILARITY:
-                    try:
-                        if await same_fact(fact.content, best["content"]):
-                            plan.confirm.append((best["id"], fact))
-                            continue
-                    except InvalidModelOutput as exc:
-                        plan.review.append((fact, f"equivalence check failed: {exc}"))
-                        continue
+                if same is not None:
+                    plan.confirm.append((same, fact))
+                    continue
             planned.append(fact)
     plan.store = planned
     return plan
@@ -266,9 +261,7 @@ async def apply_plan(
     if episode_id is not None:
         stored_before = int(await conn.fetchval(EPISODE_FACTS, user_id, episode_id) or 0)
     for fact in plan.store:
-        same = await conn.fetchval(
-            SAME_TEXT, user_id, list(FACT_TYPES), fact.content, fact.subjects
-        )
+        same = await conn.fetchval(SAME_TEXT, user_id, fact.content, fact.subjects)
         if same is not None:
             plan.confirm.append((same, fact))
             continue
@@ -304,12 +297,24 @@ async def apply_plan(
         written = (
             await insert_items(conn, user_id, [item], actor="extractor", contradicts=contradicts)
         ).items[0]
+        if written.confirmed:
+            result.confirmed.append(written.id)
+            continue
         result.stored.append(written.id)
         if written.embedding_state == "pending":
             result.pending.append(written.id)
         result.superseded += written.superseded
-    for memory_id, _ in plan.confirm:
-        await conn.execute(CONFIRM, memory_id, user_id)
+    for memory_id, fact in plan.confirm:
+        await confirm(
+            conn,
+            user_id,
+            memory_id,
+            source=fact.candidate.source,
+            actor="extractor",
+            episode_id=episode_id,
+            message_id=fact.source_message_id,
+            confidence=fact.confidence,
+        )
         result.confirmed.append(memory_id)
     for fact, reason in reviews:
         c = fact.candidate

@@ -19,7 +19,6 @@ from services.query.api.routes.archive import IMPORT_PATH
 from services.query.context.theme_hints import HintCache
 from services.query.embeddings.query import Resolver, default_resolver, user_query_vector
 from services.query.mcp.http import mount as mount_mcp
-from services.query.memory.decisions import Rewrite
 from services.query.memory.facts import has_trigram
 from services.query.memory.state import QueryState
 from services.query.memory.supersede import register as register_supersession
@@ -28,7 +27,7 @@ from services.query.settings import QuerySettings
 from services.query.webhooks.sender import Sender
 from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
-from shared.llm.jobs import build_extractor
+from shared.llm.jobs import Extractor, build_extractor
 from shared.runtime import Runtime, add_ops_routes
 
 log = logging.getLogger(__name__)
@@ -45,9 +44,10 @@ def create_app(
     resolver = resolver or default_resolver
     if settings.warm_up:
         rt.on_start.append(_warm_up(resolver, settings))
-    register_supersession(rt)
+    model = _model(settings, rt)
+    register_supersession(rt, same=model.same_fact if model else None)
     state = QueryState.build(
-        settings, resolver, rt.metrics.registry, rewrite=_decision_rewriter(settings, rt)
+        settings, resolver, rt.metrics.registry, rewrite=model.rewrite_decision if model else None
     )
 
     async def read_trigram(rt: Runtime) -> None:
@@ -99,8 +99,9 @@ def _webhook_sender(rt: Runtime, settings: QuerySettings) -> None:
     rt.on_stop.append(close)
 
 
-def _decision_rewriter(settings: QuerySettings, rt: Runtime) -> Rewrite | None:
-    """The language model's decision rewriter (its client closed on stop), or None."""
+def _model(settings: QuerySettings, rt: Runtime) -> Extractor | None:
+    """The language model's jobs (decision rewrites, the duplicate band's check; its
+    client closed on stop), or None when no model is configured."""
     if not settings.llm_configured:
         return None
     extractor, client = build_extractor(settings)
@@ -110,8 +111,7 @@ def _decision_rewriter(settings: QuerySettings, rt: Runtime) -> Rewrite | None:
             await client.aclose()
 
         rt.on_stop.append(close)
-    rewrite: Rewrite = extractor.rewrite_decision
-    return rewrite
+    return extractor
 
 
 def _warm_up(resolver: Resolver, settings: QuerySettings) -> Callable[[Runtime], Awaitable[None]]:

@@ -18,6 +18,7 @@ from datetime import datetime
 
 from shared.llm.schemas import Category, EpisodeSummary, FactCandidate
 from shared.llm.transcript import Line, Transcript
+from shared.memory.dedupe import same_offline
 
 STOPWORDS = frozenset(
     """
@@ -304,8 +305,7 @@ class OfflineExtractor:
         return extract_facts(transcript)
 
     async def same_fact(self, a: str, b: str) -> bool:
-        wa, wb = set(content_words(a)), set(content_words(b))
-        return bool(wa) and wa == wb
+        return same_offline(a, b)
 
     async def contradicts(self, older: str, newer: str) -> bool | None:
         return None  # no model: supersession decides by the attribute rule alone

@@ -35,6 +35,8 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable
 
+from asyncpg import Record
+
 from shared.db import Conn, audit
 
 AUDIT_ENTITY = "memory"
@@ -220,6 +222,27 @@ RETURNING o.id
 LOCK = "SELECT pg_advisory_xact_lock(hashtext('engram.supersede:' || $1))"
 
 
+async def live_under_lock(
+    conn: Conn, memory_id: uuid.UUID, load: str, wanted: Callable[[Record], bool]
+) -> Record | None:
+    """The memory's row (read by ``load``), re-read under its owner's lock, when
+    ``wanted`` says a check of it may change something and it is live and embedded;
+    else None. The lock serialises the checks of one user (supersession, duplicates)."""
+    row = await conn.fetchrow(load, memory_id)
+    if row is None or not wanted(row):
+        return None
+    await conn.execute(LOCK, row["user_id"])
+    row = await conn.fetchrow(load, memory_id)  # re-read under the lock
+    if (
+        row is None
+        or row["status"] != "active"
+        or row["superseded_at"] is not None
+        or row["embedding_state"] != "ready"
+    ):
+        return None
+    return row
+
+
 async def conflict(older: str, newer: str, contradicts: Contradicts | None = None) -> bool:
     """Whether statement ``newer`` replaces ``older`` (already similar under Ash's rule):
     both set the same attribute to different values. When either attribute is unknown,
@@ -250,19 +273,12 @@ async def check_supersession(
     transaction of its own (a savepoint inside the caller's).
     """
     async with conn.transaction():
-        row = await conn.fetchrow(LOAD, memory_id)
-        if row is None or not can_conflict(row["content"], contradicts):
+        row = await live_under_lock(
+            conn, memory_id, LOAD, lambda r: can_conflict(r["content"], contradicts)
+        )
+        if row is None:
             return []
         user_id: str = row["user_id"]
-        await conn.execute(LOCK, user_id)
-        row = await conn.fetchrow(LOAD, memory_id)  # re-read under the lock
-        if (
-            row is None
-            or row["status"] != "active"
-            or row["superseded_at"] is not None
-            or row["embedding_state"] != "ready"
-        ):
-            return []
         similar = await conn.fetch(CONFLICTS, memory_id, threshold)
         conflicts = []
         for r in similar:

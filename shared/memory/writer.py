@@ -8,8 +8,11 @@ erasure in progress and checks the tombstone, see ``shared.erasure``) and the th
 sets the embedding state
 (``ready`` with the vector when one is given, else ``pending``), writes one
 audit line under the entity :data:`AUDIT_ENTITY`, and, when the item was stored
-with its vector, runs Ash's supersession check. It returns what was written and
-the events to publish *after the commit* (:meth:`Written.events`):
+with its vector, runs the duplicate check (:mod:`shared.memory.dedupe`) and Ash's
+supersession check. An item with the text of a live memory of the same owner,
+scope, namespace and subjects confirms that memory instead of storing another
+(``INSERT ... ON CONFLICT`` on the live-content key: racing adds store one row).
+It returns what was written and the events to publish *after the commit* (:meth:`Written.events`):
 ``EmbedRequested`` for rows left pending and ``MemoryChanged`` for every
 addition, inline embedding and supersession.
 
@@ -32,6 +35,7 @@ from shared.db import Conn
 from shared.erasure import ERASED_MESSAGE, erased_write
 from shared.errors import InvalidRequest, UserErased
 from shared.events import EmbedRequested, EmbedTarget, Event, MemoryChanged
+from shared.memory.dedupe import APPEND_SOURCE, SOURCE_ENTRY, SameFact, merge_duplicate
 from shared.memory.supersession import AUDIT_ENTITY, Contradicts, check_supersession
 from shared.stream_registry import EMBED, MEMORIES
 from shared.streams import Publisher
@@ -104,7 +108,7 @@ i AS (
 ),
 a AS (
     INSERT INTO audit_log (user_id, actor, action, entity, entity_id, details)
-    SELECT $1, $4, CASE WHEN i.inserted THEN 'create' ELSE 'update' END, '{entity}',
+    SELECT $1, $4, CASE WHEN i.inserted THEN 'create' ELSE '{again}' END, '{entity}',
            i.id::text, $28::jsonb
     FROM i
 )
@@ -129,6 +133,9 @@ _UPSERT = """
                         'content', m.content, 'valid_from', m.valid_from,
                         'valid_to', EXCLUDED.valid_from)) END,
         last_verified_at = now(), updated_at = now(),
+        confirmations = m.confirmations + (m.content = EXCLUDED.content)::int,
+        last_confirmed_at = CASE WHEN m.content = EXCLUDED.content THEN clock_timestamp()
+                                 ELSE m.last_confirmed_at END,
         embedding_state = CASE WHEN m.content = EXCLUDED.content
                                THEN m.embedding_state ELSE EXCLUDED.embedding_state END,
         embedding = CASE WHEN m.content = EXCLUDED.content
@@ -143,8 +150,29 @@ _UPSERT = """
                            THEN m.embedded_at ELSE EXCLUDED.embedded_at END
 """
 
-INSERT_ITEM = _WRITE.format(conflict="", entity=AUDIT_ENTITY)
-UPSERT_ITEM = _WRITE.format(conflict=_UPSERT, entity=AUDIT_ENTITY)
+# The same text as a live memory of the same owner, scope, namespace and subjects (the
+# live-content key of migration 0110): a confirmation of that memory, not a new row.
+_CONFIRM = f"""
+    ON CONFLICT (user_id, dedupe_key)
+        WHERE dedupe_key IS NOT NULL AND status = 'active' AND superseded_at IS NULL
+    DO UPDATE SET
+        confirmations = m.confirmations + 1, last_confirmed_at = clock_timestamp(),
+        sources = {
+    APPEND_SOURCE.format(
+        sources="m.sources", entry=SOURCE_ENTRY.format("$16", "$4", "$18", "$29", "NULL")
+    )
+},
+        confidence = greatest(m.confidence, EXCLUDED.confidence),
+        importance = greatest(m.importance, EXCLUDED.importance),
+        tags = ARRAY(SELECT DISTINCT unnest(m.tags || EXCLUDED.tags)),
+        expires_at = CASE WHEN m.expires_at IS NULL OR EXCLUDED.expires_at IS NULL THEN NULL
+                          ELSE greatest(m.expires_at, EXCLUDED.expires_at) END,
+        last_verified_at = coalesce(EXCLUDED.last_verified_at, m.last_verified_at),
+        updated_at = now()
+"""
+
+INSERT_ITEM = _WRITE.format(conflict=_CONFIRM, entity=AUDIT_ENTITY, again="confirm")
+UPSERT_ITEM = _WRITE.format(conflict=_UPSERT, entity=AUDIT_ENTITY, again="update")
 
 
 @dataclass(frozen=True)
@@ -202,8 +230,11 @@ class WrittenItem:
     expires_at: datetime | None
     embedding_state: str
     inserted: bool
-    """False when an upsert updated an existing row."""
+    """False when an upsert updated an existing row, or the item confirmed one."""
     superseded: tuple[uuid.UUID, ...] = ()
+    confirmed: bool = False
+    """The item said what a live memory says: ``id`` is that memory's, now confirmed
+    (the same text; or, stored with its vector, a duplicate merged into it at once)."""
 
 
 @dataclass(frozen=True)
@@ -215,7 +246,11 @@ class Written:
 
     @property
     def pending(self) -> list[uuid.UUID]:
-        return [i.id for i in self.items if i.embedding_state == "pending"]
+        return [i.id for i in self.items if i.embedding_state == "pending" and not i.confirmed]
+
+    @property
+    def confirmed(self) -> list[uuid.UUID]:
+        return [i.id for i in self.items if i.confirmed]
 
     @property
     def superseded(self) -> list[uuid.UUID]:
@@ -230,6 +265,8 @@ class Written:
             batches.append((EMBED, [EmbedRequested(user_id=self.user_id, targets=targets)]))
         changes: list[Event] = []
         for item in self.items:
+            if item.confirmed:
+                continue
             if item.inserted:
                 changes.append(self._changed(item.id, "added"))
             elif item.embedding_state == "pending":
@@ -271,49 +308,68 @@ async def insert_items(
     *,
     actor: str,
     contradicts: Contradicts | None = None,
+    same: SameFact | None = None,
 ) -> Written:
     """Store ``items`` for ``user_id`` in order; publish :meth:`Written.events` after commit.
 
     One item without a vector is one statement (atomic by itself); otherwise the
     writes run in a transaction (a savepoint inside the caller's). ``contradicts``
-    (a model's check) is handed to the supersession check.
+    (a model's check) is handed to the supersession check, ``same`` (a model's check)
+    to the duplicate check of Nous's 0.80-0.90 band (:mod:`shared.memory.dedupe`).
+
+    An item with the text of a live memory of the same owner, scope, namespace and
+    subjects confirms it (``confirmed``, that memory's id) instead of storing another;
+    one stored with its vector is also merged into a live memory it is a near-duplicate of.
     """
     if len(items) == 1 and items[0].vector is None:
-        return Written(user_id, [await _write(conn, user_id, items[0], actor, contradicts)])
+        return Written(user_id, [await _write(conn, user_id, items[0], actor, contradicts, same)])
     written: list[WrittenItem] = []
     async with conn.transaction():
         for item in items:
-            written.append(await _write(conn, user_id, item, actor, contradicts))
+            written.append(await _write(conn, user_id, item, actor, contradicts, same))
     return Written(user_id, written)
 
 
 async def _write(
-    conn: Conn, user_id: str, item: NewItem, actor: str, contradicts: Contradicts | None
+    conn: Conn,
+    user_id: str,
+    item: NewItem,
+    actor: str,
+    contradicts: Contradicts | None,
+    same: SameFact | None,
 ) -> WrittenItem:
     check_type(item.type)
     inline = item.vector is not None and item.embedded_by is not None
     vector = list(item.vector) if inline and item.vector is not None else None
     by = item.embedded_by if inline else None
     details = {"type": item.type, "theme": item.theme, "source": item.source, **item.audit}
+    keyed = item.category is not None and item.key is not None
     try:
-        row = await _store(conn, user_id, item, actor, vector, by, details)
+        row = await _store(conn, user_id, item, actor, vector, by, details, keyed)
     except asyncpg.PostgresError as exc:
         if erased_write(exc):
             raise UserErased(ERASED_MESSAGE) from exc
         raise
+    memory_id: uuid.UUID = row["id"]
+    confirmed = not keyed and not row["inserted"]
     superseded: tuple[uuid.UUID, ...] = ()
-    if vector is not None:
-        # Ash's rule, the same check the query service runs when a vector arrives.
-        superseded = tuple(
-            await check_supersession(conn, row["id"], actor=actor, contradicts=contradicts)
-        )
+    if vector is not None and not confirmed:
+        # The checks the query service runs when a vector arrives: Nous's bands, then Ash's.
+        merged = await merge_duplicate(conn, memory_id, actor=actor, same=same)
+        if merged is not None and merged.merged == memory_id:
+            memory_id, confirmed = merged.survivor, True
+        else:
+            superseded = tuple(
+                await check_supersession(conn, memory_id, actor=actor, contradicts=contradicts)
+            )
     return WrittenItem(
-        id=row["id"],
+        id=memory_id,
         created_at=row["created_at"],
         expires_at=row["expires_at"],
         embedding_state=row["embedding_state"],
         inserted=row["inserted"],
         superseded=superseded,
+        confirmed=confirmed,
     )
 
 
@@ -325,9 +381,10 @@ async def _store(
     vector: list[float] | None,
     by: tuple[str, str] | None,
     details: dict[str, Any],
+    keyed: bool,
 ) -> Any:
     row = await conn.fetchrow(
-        UPSERT_ITEM if item.category is not None and item.key is not None else INSERT_ITEM,
+        UPSERT_ITEM if keyed else INSERT_ITEM,
         user_id,
         item.theme,
         item.theme_name or item.theme.replace("-", " ").title(),

@@ -136,8 +136,11 @@ async def test_tools_hints_are_cached_per_agent_run(text_api, pool):
     first = await api.ok("/v1/context", {"policy": "tools", "agent_run_id": "run-1"})
     assert first["sections"]["hints"][0]["cached"] is False
     async with pool.acquire() as conn:
-        travel = NewItem(type="fact", content="x", theme="travel", theme_name="travel")
-        await insert_items(conn, api.user_id, [travel] * 9, actor="test")
+        travel = [
+            NewItem(type="fact", content=f"x{i}", theme="travel", theme_name="travel")
+            for i in range(9)
+        ]
+        await insert_items(conn, api.user_id, travel, actor="test")
     again = await api.ok("/v1/context", {"policy": "tools", "agent_run_id": "run-1"})
     assert again["sections"]["hints"][0]["cached"] is True and "travel" not in again["text"]
     fresh = await api.ok("/v1/context", {"policy": "tools", "agent_run_id": "run-2"})

@@ -1,5 +1,7 @@
 """Navi's facts, Jarvus's stores and typed retrieval, thread checkpoints."""
 
+import pytest
+
 from services.extractor.facts import Fact, FactPlan, apply_plan
 from services.extractor.narrative import regenerate_user_summary
 from services.query.app import create_app
@@ -21,16 +23,16 @@ async def test_saving_a_fact_twice_updates_one_row(make_settings, pool, user_id)
             "source": "user_explicit",
         }
         first = (await client.post("/v1/facts", headers=h, json=fact)).json()
-        assert first["created"] is True and first["confidence"] == 90.0
+        assert first["created"] is True and first["confidence"] == 0.9
         second = (
             await client.post(
-                "/v1/facts", headers=h, json={**fact, "value": "Paris", "confidence": 80}
+                "/v1/facts", headers=h, json={**fact, "value": "Paris", "confidence": 0.8}
             )
         ).json()
         assert second["created"] is False and second["id"] == first["id"]
         listed = (await client.get("/v1/facts", headers=h)).json()
         assert listed["total"] == 1 and listed["facts"][0]["value"] == "Paris"
-        assert listed["facts"][0]["confidence"] == 80
+        assert listed["facts"][0]["confidence"] == pytest.approx(0.8)  # 0-1 (migration 0110)
     actions = await pool.fetch(
         "SELECT action FROM audit_log WHERE user_id = $1 AND entity = 'memory' ORDER BY id", user_id
     )

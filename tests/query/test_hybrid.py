@@ -149,9 +149,12 @@ async def test_ties_go_to_the_newer_item_then_the_smaller_id(make_settings, pool
     app = create_app(make_settings(QuerySettings))
     h = await auth(pool, user_id)
     async with running(app) as client:
-        ids = [await _add(client, h, "identical twin text") for _ in range(3)]
+        # three texts that rank alike (said again, one text would confirm one memory);
+        # importance 1 never fades, so the day's difference leaves the scores tied
+        ids = [await _add(client, h, f"identical twin text {w}") for w in ("one", "two", "six")]
         await pool.execute(
-            "UPDATE memory_items SET created_at = now() - interval '1 day' WHERE id = $1::uuid",
+            "UPDATE memory_items SET created_at = now() - interval '1 day', importance = 1 "
+            "WHERE id = $1::uuid",
             ids[0],
         )
         await pool.execute(
@@ -160,6 +163,29 @@ async def test_ties_go_to_the_newer_item_then_the_smaller_id(make_settings, pool
         body = await _search(client, h, "identical twin")
     assert {r["score"] for r in body["results"]} == {1.0}
     assert [r["id"] for r in body["results"]] == sorted(ids[1:], key=uuid.UUID) + [ids[0]]
+
+
+async def test_a_memory_never_read_fades_below_one_read_lately(make_settings, pool, user_id):
+    """Jarvus's importance and last access on real PostgreSQL: two memories matching the
+    query alike, stored a year ago; the one read yesterday ranks first."""
+    app = create_app(make_settings(QuerySettings))
+    h = await auth(pool, user_id)
+    async with running(app) as client:
+        unread = await _add(client, h, "window seat on long flights")
+        read = await _add(client, h, "window seat on short flights")
+        await pool.execute(
+            "UPDATE memory_items SET created_at = now() - interval '365 days' WHERE user_id = $1",
+            user_id,
+        )
+        await pool.execute(
+            "UPDATE memory_items SET last_accessed_at = now() - interval '1 day' "
+            "WHERE id = $1::uuid",
+            read,
+        )
+        body = await _search(client, h, "window seat flights")
+    scores = {r["id"]: r["score"] for r in body["results"]}
+    assert [r["id"] for r in body["results"]] == [read, unread]
+    assert scores[unread] < 0.85 * scores[read]
 
 
 async def test_a_user_with_50_items_among_many_still_gets_k_results(make_settings, pool):
@@ -228,7 +254,10 @@ async def test_the_lexical_side_reads_only_the_users_own_words(pool):
         await conn.copy_records_to_table(
             "memory_items",
             records=[(me, "fact", k, c) for k, c in mine]
-            + [(other, "fact", None, "the dogs and the river, the river and the dogs")] * 20,
+            + [
+                (other, "fact", None, f"the dogs and the river, the river and the dogs {i}")
+                for i in range(20)
+            ],  # one live memory per text (migration 0110)
             columns=["user_id", "type", "key", "content"],
         )
     # the index keys are exactly the user's hashes of the stored `fts` lexemes

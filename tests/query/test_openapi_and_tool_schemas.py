@@ -69,7 +69,7 @@ async def test_the_confidence_the_tool_text_promises_is_the_one_stored(
         "memory_facts"
     ]
     text = facts["function"]["description"]
-    promised = float(re.search(r"user_explicit (\d+)", text).group(1))
+    promised = float(re.search(r"user_explicit ([\d.]+)", text).group(1))
     assert promised == CONFIDENCE_BY_SOURCE["user_explicit"]
     app = create_app(make_settings(QuerySettings))
     h = await auth(pool, user_id)

@@ -18,6 +18,7 @@ or a spec field that stopped being read, fails:
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import numpy as np
@@ -25,7 +26,7 @@ import pytest
 
 from services.query.ranking import specs
 from services.query.ranking.episodes import recall_episodes
-from services.query.ranking.fusion import Candidate, fuse
+from services.query.ranking.fusion import Candidate, faded, fuse
 from services.query.ranking.memories import SearchParams, search
 from services.query.ranking.recall import search_memories
 from services.query.ranking.sql import or_tsquery
@@ -84,7 +85,8 @@ async def test_nova_memory_search_is_70_30_min_max_over_the_union(pool, user_id)
     result = await search(pool, SearchParams(query=QUERY, limit=10), user_id=user_id, vector=Q)
     rows = await pool.fetch(
         f"""SELECT id, 1.0 / (1.0 + (embedding <=> $2::vector)) AS sim,
-                   ts_rank(fts, {or_tsquery("$3")}) AS rank
+                   ts_rank(fts, {or_tsquery("$3")}) AS rank, importance,
+                   coalesce(last_accessed_at, created_at) AS last_read
             FROM memory_items WHERE user_id = $1""",
         user_id,
         Q,
@@ -92,9 +94,13 @@ async def test_nova_memory_search_is_70_30_min_max_over_the_union(pool, user_id)
     )
     sem = _minmax({r["id"]: float(r["sim"]) for r in rows})
     lex = _minmax({r["id"]: float(r["rank"]) for r in rows if (r["rank"] or 0) > 0})
+    # Jarvus's fade: the memories were stored days ago and never read
+    now = datetime.now(UTC)
+    fade = {r["id"]: faded(specs.NOVA, r["importance"], r["last_read"], now) for r in rows}
     assert result.mode == "hybrid" and len(result.hits) == len(MEMORIES)
     for h in result.hits:
-        assert h.score == pytest.approx(0.7 * sem[h.id] + 0.3 * lex.get(h.id, 0.0), abs=1e-6)
+        expected = (0.7 * sem[h.id] + 0.3 * lex.get(h.id, 0.0)) * fade[h.id]
+        assert h.score == pytest.approx(expected, abs=1e-6)
         assert h.fts == (h.id in lex)
     assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
 
@@ -290,7 +296,8 @@ async def test_nova_s_one_statement_returns_each_signal_s_candidates_in_their_or
 
     await pool.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
     for i in range(130):
-        content = ["hiking trip", "a hiking day", "the trip home", "no match"][i % 4]
+        # the number keeps each text its own memory (migration 0110), the ranks equal
+        content = ["hiking trip", "a hiking day", "the trip home", "no match"][i % 4] + f" {i}"
         await pool.execute(
             "INSERT INTO memory_items (user_id, type, content, embedding, embedding_state, "
             "embedding_model, created_at) VALUES ($1, 'fact', $2, $3, 'ready', $4, "
@@ -313,3 +320,28 @@ async def test_nova_s_one_statement_returns_each_signal_s_candidates_in_their_or
     assert [dict(r) for r in one_lex] == [
         dict(r) | {"signal": 0, "pos": n, "dist": None} for n, r in enumerate(lexical, 1)
     ]
+
+
+def test_an_unread_memory_fades_by_its_importance_and_last_read():
+    """Jarvus's importance and last access, inside the one fusion step (NOVA's fade)."""
+    now = datetime.now(UTC)
+
+    def cand(key: str, importance: float, days: float) -> Candidate[str]:
+        read = now - timedelta(days=days)
+        return Candidate(key, rank=0.5, lex_pos=1, importance=importance, last_read=read)
+
+    scored = {
+        c.id: c.score
+        for c in fuse(
+            specs.NOVA,
+            [cand("read today", 0.5, 0), cand("unread a year", 0.5, 365), cand("vital", 1.0, 365)],
+        )
+    }
+    assert scored["read today"] == pytest.approx(1.0, abs=1e-6)
+    assert scored["vital"] == pytest.approx(1.0, abs=1e-6)
+    one_year = 1 - 0.4 * 0.5 * (1 - 0.5 ** (365 / 90))
+    assert scored["unread a year"] == pytest.approx(one_year)
+    assert faded(specs.NOVA, 0.5, now - timedelta(days=90), now) == pytest.approx(0.9)
+    # a surface without the field is untouched
+    plain = fuse(specs.ASH_RECALL, [cand("unread a year", 0.5, 365)])
+    assert plain[0].score == pytest.approx(0.5 / 1.5)

@@ -184,7 +184,7 @@ async def test_bad_input_gets_a_4xx_with_a_message(make_settings, pool, user_id)
             (
                 "post",
                 "/v1/facts",
-                {"json": {"category": "a", "key": "b", "value": "c", "confidence": 101}},
+                {"json": {"category": "a", "key": "b", "value": "c", "confidence": 1.5}},
                 422,
                 "confidence",
             ),

@@ -82,6 +82,10 @@ class AddedOut(Out):
     theme: str
     embedding: str = Field(description="embedding state: pending until the embedder runs")
     created_at: str
+    confirmed: bool = Field(
+        default=False,
+        description="it said what a live memory says: the id is that memory's, now confirmed",
+    )
 
 
 class MemoryItemOut(Open):
@@ -334,6 +338,10 @@ class RememberedItemOut(Open):
     expires_at: str | None
     embedding_state: str
     superseded: list[str]
+    confirmed: bool = Field(
+        default=False,
+        description="it said what a live memory says: the id is that memory's, now confirmed",
+    )
 
 
 class RememberedOut(Out):

@@ -18,9 +18,9 @@ from typing import Any
 import asyncpg
 
 from services.query.memory.items import announce
-from services.query.memory.requests import CONFIDENCE_BY_SOURCE, DEFAULT_CONFIDENCE
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
+from shared.memory.confidence import by_source
 from shared.memory.known import LIVE_FACT
 from shared.memory.writer import AUDIT_ENTITY, NewItem, insert_items, publish_written, theme_slug
 from shared.streams import Publisher
@@ -123,9 +123,9 @@ async def save_fact(
 ) -> dict[str, Any]:
     """Upsert the value of (category, key); a changed value is re-embedded.
 
-    Without a ``confidence`` the source's default applies (``CONFIDENCE_BY_SOURCE``)."""
+    Without a ``confidence`` the source's default applies (``shared.memory.confidence``)."""
     if confidence is None:
-        confidence = CONFIDENCE_BY_SOURCE.get(source, DEFAULT_CONFIDENCE)
+        confidence = by_source(source)
     expires_at = datetime.now(UTC) + timedelta(days=expires_days) if expires_days else None
     item = NewItem(
         type="fact",

@@ -39,7 +39,7 @@ SELECT id, user_id, scope, provider, chat_id, namespace, theme, type, category, 
        episode_id, confidence, importance, status, expires_at, superseded_at,
        superseded_by, last_verified_at, last_accessed_at, access_count, created_at,
        updated_at, embedding_state, embedding_error, embedding_provider,
-       embedding_model, embedding_dims, embedded_at
+       embedding_model, embedding_dims, embedded_at, confirmations, last_confirmed_at, sources
 FROM memory_items
 WHERE id = $1 AND user_id = $2 AND (expires_at IS NULL OR expires_at > now())
 """
@@ -92,6 +92,8 @@ class Added:
     theme: str
     created_at: datetime
     embedding: str
+    confirmed: bool = False
+    """It said what a live memory says: ``id`` is that memory's (``shared.memory.dedupe``)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +102,7 @@ class Added:
             "theme": self.theme,
             "embedding": self.embedding,
             "created_at": self.created_at.isoformat(),
+            "confirmed": self.confirmed,
         }
 
 
@@ -128,7 +131,7 @@ async def add_memories(
         written = await insert_items(conn, user_id, rows, actor=actor)
     publisher.publish_soon(written.events())
     return [
-        Added(w.id, row.theme, w.created_at, w.embedding_state)
+        Added(w.id, row.theme, w.created_at, w.embedding_state, w.confirmed)
         for w, row in zip(written.items, rows, strict=True)
     ]
 

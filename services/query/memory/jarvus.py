@@ -18,7 +18,7 @@ from services.query.memory import items as ms
 from services.query.memory.state import QueryState
 from services.query.ranking.memories import SearchParams
 from shared.db import audit
-from shared.errors import NotFound
+from shared.errors import InvalidRequest, NotFound
 from shared.memory.writer import AUDIT_ENTITY, MemoryType
 from shared.streams import Publisher
 
@@ -205,16 +205,19 @@ async def store_plain(
         return {"memory_id": str(added[0].id), "updated": False}
     key = ms.parse_id(memory_id)
     async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(
-            UPDATE_STORE,
-            key,
-            user_id,
-            ms.check_content(text),
-            type,
-            importance,
-            stored,
-            namespace,
-        )
+        try:
+            row = await conn.fetchrow(
+                UPDATE_STORE,
+                key,
+                user_id,
+                ms.check_content(text),
+                type,
+                importance,
+                stored,
+                namespace,
+            )
+        except asyncpg.UniqueViolationError as exc:  # the live-content key (migration 0110)
+            raise InvalidRequest("text: another live memory already says this") from exc
         if row is None:
             raise NotFound(f"no memory {memory_id}")
         await audit(

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.query.memory.checkpoints import MAX_STEP
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
+from shared.memory.confidence import DEFAULT_CONFIDENCE, SOURCE_CONFIDENCE
 from shared.memory.writer import MemoryType
 
 Text = Annotated[str, Field(max_length=20_000)]
@@ -61,14 +62,9 @@ class ItemIn(Body):
 
 
 Source = Literal["conversation", "tool_call", "auto_discovery", "user_explicit"]
-CONFIDENCE_BY_SOURCE: dict[str, float] = {
-    "tool_call": 95.0,
-    "auto_discovery": 95.0,
-    "user_explicit": 90.0,
-}
-DEFAULT_CONFIDENCE = 70.0
+CONFIDENCE_BY_SOURCE = SOURCE_CONFIDENCE
 CONFIDENCE_TEXT = (
-    "confidence 0-100; omitted, it follows the source: "
+    "confidence 0-1; omitted, it follows the source: "
     + ", ".join(f"{k} {v:g}" for k, v in CONFIDENCE_BY_SOURCE.items())
     + f", otherwise {DEFAULT_CONFIDENCE:g}"
 )
@@ -84,7 +80,7 @@ class FactIn(Body):
         description="the fact's value"
     )
     source: Source = "conversation"
-    confidence: Annotated[float | None, Field(ge=0, le=100, description=CONFIDENCE_TEXT)] = None
+    confidence: Annotated[float | None, Field(ge=0, le=1, description=CONFIDENCE_TEXT)] = None
     expires_days: Annotated[
         int | None, Field(ge=1, le=36500, description="forget after this many days")
     ] = None

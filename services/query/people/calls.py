@@ -138,6 +138,7 @@ def remembered_json(result: Remembered) -> dict[str, Any]:
                 "expires_at": m.expires_at.isoformat() if m.expires_at else None,
                 "embedding_state": m.embedding_state,
                 "superseded": [str(s) for s in m.superseded],
+                "confirmed": m.confirmed,
             }
             for m in result.memories
         ],

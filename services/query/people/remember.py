@@ -60,6 +60,8 @@ class Stored:
     expires_at: datetime | None
     embedding_state: str
     superseded: list[uuid.UUID] = field(default_factory=list)
+    confirmed: bool = False
+    """It said what a live memory says: ``id`` is that memory's (see ``shared.memory.dedupe``)."""
 
 
 @dataclass
@@ -178,6 +180,7 @@ async def remember(
                 expires_at=w.expires_at,
                 embedding_state=w.embedding_state,
                 superseded=list(w.superseded),
+                confirmed=w.confirmed,
             )
         )
     return Remembered(memories=stored, warning=warning, written=written)

@@ -21,6 +21,9 @@ second formula:
   its best turn under the ``turns`` spec (the messages' own ranking), as a share
   of the best such turn among the candidates, weighted beside the other two;
 - ``other_user_factor``: Nous's current-user boost (others' scores times it);
+- ``fade``: Jarvus's importance and last access: a memory unread for a while
+  scores ``1 - fade * (1 - importance) * (1 - 0.5 ** (days unread / half-life))``
+  of its score (never read: days since it was stored; importance 1 never fades);
 - ``relative_floor``: hits scoring below that share of the best are dropped;
 - the turn rules (``neighbours``, ``date_lift``, ``speaker_lift``,
   ``question_keeps``, ``answer_share``, ``short``, bursts): read a turn in its
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -62,6 +65,10 @@ class RankSpec:
     relative_floor: float = 0.0
     # Nous: a row of another user than the caller scores this share of its score
     other_user_factor: float = 1.0
+    # Jarvus: how much an unread memory's score fades (0 = none), and the half-life
+    # in days of its freshness since it was last read (or stored, if never read)
+    fade: float = 0.0
+    fade_half_life_days: float = 90.0
     # a row holding turns (an episode) found through them: the weight of its best
     # turn's score under ``turns`` (the messages' ranking), read from ``turn_hits`` turns
     w_turn: float = 0.0
@@ -139,6 +146,9 @@ class Candidate(Generic[K]):
     similarity: float | None = None
     found: bool = True  # False: a turn reached only as a neighbour
     turn: float | None = None  # the best score of the row's own turns (an episode's)
+    # memories only: Jarvus's importance and when it was last read (or stored)
+    importance: float | None = None
+    last_read: datetime | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -205,6 +215,7 @@ def fuse(
     ``periods``: the query names a calendar period (the ceiling of a turn score
     includes the date lift only then)."""
     cands = admit(spec, candidates)
+    now = datetime.now(UTC)
     lex = {c.id: c.rank for c in cands if c.rank is not None}
     sem = {c.id: _semantic_value(spec, c.distance) for c in cands if c.distance is not None}
     turn = {c.id: c.turn for c in cands if c.turn is not None}
@@ -229,10 +240,19 @@ def fuse(
             ) / (w_sem + w_lex + w_turn)
         if current_user is not None and c.owner is not None and c.owner != current_user:
             score *= spec.other_user_factor
+        if spec.fade and c.last_read is not None and c.importance is not None:
+            score *= faded(spec, c.importance, c.last_read, now)
         c.score = score
     if spec.reads_turns:
         cands = _in_conversation(spec, cands, periods)
     return cands
+
+
+def faded(spec: RankSpec, importance: float, last_read: datetime, now: datetime) -> float:
+    """The share of its score an unread memory keeps (``fade`` in the module doc)."""
+    days = max(0.0, (now - last_read).total_seconds() / 86_400)
+    stale = 1.0 - float(0.5 ** (days / spec.fade_half_life_days))
+    return 1.0 - spec.fade * (1.0 - min(1.0, max(0.0, importance))) * stale
 
 
 def _units(

@@ -68,7 +68,10 @@ _FILTERS = """
       AND ($6::boolean OR m.superseded_at IS NULL)
       AND ($7::text IS NULL OR m.namespace = $7)
       AND (m.expires_at IS NULL OR m.expires_at > now())"""
-_COLUMNS = "m.id, m.user_id, m.namespace, m.theme, m.type, m.content, m.importance, m.created_at"
+_COLUMNS = (
+    "m.id, m.user_id, m.namespace, m.theme, m.type, m.content, m.importance, m.created_at, "
+    "m.last_accessed_at"
+)
 
 MATCH_ALL = """
 SELECT {columns}
@@ -356,7 +359,14 @@ def fuse_hits(
     else:
         return SearchResult("hybrid")
     rows = {r["id"]: r for r in (*semantic, *lexical)}
-    cands = {k: Candidate(k) for k in rows}
+    cands = {
+        k: Candidate(
+            k,
+            importance=float(r["importance"]),
+            last_read=r["last_accessed_at"] or r["created_at"],
+        )
+        for k, r in rows.items()
+    }
     for pos, r in enumerate(lexical, 1):
         cands[r["id"]].rank, cands[r["id"]].lex_pos = float(r["rank"]), pos
     for pos, r in enumerate(semantic, 1):

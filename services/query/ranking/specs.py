@@ -4,7 +4,9 @@ A seed's rule is a field here, not a code path (``fusion.py`` reads them all):
 
 - ``NOVA``: memory search (API, tools, the browser's search box, admin, the
   request/reply search): 70% semantic (``1/(1+d)``) + 30% ``ts_rank``, min-max
-  over the union of each signal's top 50;
+  over the union of each signal's top 50; a memory unread for long fades, down
+  to 1 - 0.4 x (1 - importance) of its score (half-life 90 days since last read,
+  or since stored if never read; Jarvus's importance and last access);
 - ``ASH_RECALL``: ``/v1/recall``: 0.7 x cosine + 0.3 x ``rank/(rank+1)``; the
   nearest, the matching and the newest rows are candidates; top N;
 - ``CONTEXT_MEMORIES``: ``/v1/context`` memories: Ash's formula, but only
@@ -30,7 +32,15 @@ from services.query.ranking.fusion import RankSpec
 # Ash: "Apply similarity threshold (default 0.3) to filter irrelevant messages".
 MIN_MESSAGE_SIMILARITY = 0.3
 
-NOVA = RankSpec("memory.search", w_sem=0.7, w_lex=0.3, lexical="ts_rank", candidates=50)
+NOVA = RankSpec(
+    "memory.search",
+    w_sem=0.7,
+    w_lex=0.3,
+    lexical="ts_rank",
+    candidates=50,
+    fade=0.4,
+    fade_half_life_days=90.0,
+)
 
 ASH_RECALL = RankSpec(
     "recall",
@@ -101,7 +111,7 @@ NOUS_EPISODES = RankSpec(
 MESSAGE_MODES: dict[MessageMode, RankSpec] = {
     "fused": FUSED,
     # Nova 3.2 as specified: top 50 each
-    "hybrid": NOVA.but(name="messages.hybrid"),
+    "hybrid": NOVA.but(name="messages.hybrid", fade=0.0),
     "rrf": RankSpec("messages.rrf", w_sem=1.0, w_lex=1.0, combine="rrf", candidates=100),
     "fts": RankSpec("messages.fts", w_sem=0.0, w_lex=1.0, candidates=100),
     "bm25": RankSpec("messages.bm25", w_sem=0.0, w_lex=1.0, lexical="bm25", candidates=100),
