@@ -17,7 +17,7 @@ entries deleted per stream.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
 
 import asyncpg
 import redis.asyncio as aioredis
@@ -43,6 +43,20 @@ ORDER BY c.table_name
 DELETE_USER = "DELETE FROM users WHERE id = $1 RETURNING id"
 
 
+@dataclass(frozen=True)
+class Erased:
+    rows: dict[str, int]
+    """Rows deleted per table (cascaded ones too)."""
+    stream_entries: dict[str, int] = field(default_factory=dict)
+    """The user's stream entries deleted per stream."""
+    erased: bool = True
+
+
+@dataclass(frozen=True)
+class Reenabled:
+    reenabled: bool = True
+
+
 async def erase_user(
     pool: asyncpg.Pool,
     *,
@@ -50,7 +64,7 @@ async def erase_user(
     actor: str,
     redis: aioredis.Redis | None = None,
     settings: CommonSettings | None = None,
-) -> dict[str, Any]:
+) -> Erased:
     """Delete the user and every row and stream entry of theirs, and keep them erased;
     NotFound if there is no such user."""
     counts: dict[str, int] = {}
@@ -80,11 +94,11 @@ async def erase_user(
     streams: dict[str, int] = {}
     if redis is not None and settings is not None:
         streams = await purge_streams(redis, settings, user_id)
-    return {"erased": True, "rows": counts, "stream_entries": streams}
+    return Erased(rows=counts, stream_entries=streams)
 
 
-async def reenable(pool: asyncpg.Pool, *, user_id: str) -> dict[str, Any]:
+async def reenable(pool: asyncpg.Pool, *, user_id: str) -> Reenabled:
     """Lift an erased user's tombstone; NotFound if the id was not erased."""
     async with pool.acquire() as conn, conn.transaction():
         await reenable_user(conn, user_id=user_id)
-    return {"reenabled": True}
+    return Reenabled()
