@@ -6,6 +6,8 @@ Every statement is scoped by ``user_id``: another user's episode is ``NotFound``
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -37,21 +39,69 @@ LIMIT $3 OFFSET $4
 """
 
 
+@dataclass(frozen=True)
+class EpisodeRow:
+    id: uuid.UUID
+    provider: str
+    chat_id: str
+    status: str
+    started_at: datetime
+    last_active_at: datetime
+    turn_count: int
+    title: str | None
+
+
+@dataclass(frozen=True)
+class EpisodePage:
+    episodes: list[EpisodeRow]
+    limit: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Turn:
+    id: int
+    role: str
+    speaker: str
+    content: str
+    tool_name: str | None
+    occurred_at: datetime
+
+
+@dataclass(frozen=True)
+class Episode:
+    id: uuid.UUID
+    user_id: str
+    display_name: str
+    provider: str
+    chat_id: str
+    status: str
+    started_at: datetime
+    last_active_at: datetime
+    closed_at: datetime | None
+    turn_count: int
+    summary: Any
+    """The structured summary (Nous), as the extractor stored it; None before."""
+    extracted_at: datetime | None
+    extraction_error: str | None
+    embedding_state: str | None
+    turns: list[Turn]
+
+
 async def list_episodes(
     pool: asyncpg.Pool, *, user_id: str, status: str | None, limit: int, offset: int
-) -> dict[str, Any]:
+) -> EpisodePage:
     """The user's episodes (only ``open`` or ``closed`` ones if asked), newest first."""
     rows = await pool.fetch(RECENT, user_id, status, limit, offset)
-    return {"episodes": [dict(r) for r in rows], "limit": limit, "offset": offset}
+    return EpisodePage([EpisodeRow(**r) for r in rows], limit=limit, offset=offset)
 
 
 async def get_episode(
     pool: asyncpg.Pool, *, user_id: str, episode_id: uuid.UUID, turns: int
-) -> dict[str, Any]:
+) -> Episode:
     """One episode: its structured summary and its first ``turns`` turns in order."""
     row = await pool.fetchrow(EPISODE, episode_id, user_id)
     if row is None:
         raise NotFound(f"no episode {episode_id}")
-    out = dict(row)
-    out["turns"] = [dict(r) for r in await pool.fetch(EPISODE_TURNS, episode_id, user_id, turns)]
-    return out
+    rows = await pool.fetch(EPISODE_TURNS, episode_id, user_id, turns)
+    return Episode(**row, turns=[Turn(**r) for r in rows])

@@ -106,6 +106,31 @@ class Added:
         }
 
 
+@dataclass(frozen=True)
+class Archived:
+    id: str
+    status: str = "archived"
+
+
+@dataclass(frozen=True)
+class Deleted:
+    id: str
+    deleted: bool = True
+
+
+@dataclass(frozen=True)
+class Theme:
+    slug: str
+    display_name: str | None
+    description: str | None
+    active_items: int
+
+
+@dataclass(frozen=True)
+class Themes:
+    themes: list[Theme]
+
+
 def check_content(content: str) -> str:
     content = content.replace("\x00", "").strip()
     if not content:
@@ -217,7 +242,7 @@ async def archive_memory(
     user_id: str,
     item_id: str | uuid.UUID,
     actor: str = "api",
-) -> dict[str, Any]:
+) -> Archived:
     key = parse_id(item_id)
     async with pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(ARCHIVE_ITEM, key, user_id)
@@ -232,7 +257,7 @@ async def archive_memory(
             entity_id=str(key),
         )
     await announce(publisher, user_id=user_id, ids=[key], change="archived", embed=False)
-    return {"id": str(key), "status": "archived"}
+    return Archived(id=str(key))
 
 
 async def delete_memory(
@@ -242,7 +267,7 @@ async def delete_memory(
     user_id: str,
     item_id: str | uuid.UUID,
     actor: str = "api",
-) -> dict[str, Any]:
+) -> Deleted:
     """Hard delete (Jarvus 4.4); the vector lives in the row, so it goes with it."""
     key = parse_id(item_id)
     async with pool.acquire() as conn, conn.transaction():
@@ -258,20 +283,22 @@ async def delete_memory(
             entity_id=str(key),
         )
     await announce(publisher, user_id=user_id, ids=[key], change="deleted", embed=False)
-    return {"id": str(key), "deleted": True}
+    return Deleted(id=str(key))
 
 
-async def list_themes(conn: Executor, *, user_id: str) -> list[dict[str, Any]]:
+async def list_themes(conn: Executor, *, user_id: str) -> Themes:
     rows = await conn.fetch(LIST_THEMES, user_id)
-    return [
-        {
-            "slug": r["slug"],
-            "display_name": r["display_name"],
-            "description": r["description"],
-            "active_items": r["active_items"],
-        }
-        for r in rows
-    ]
+    return Themes(
+        [
+            Theme(
+                slug=r["slug"],
+                display_name=r["display_name"],
+                description=r["description"],
+                active_items=r["active_items"],
+            )
+            for r in rows
+        ]
+    )
 
 
 async def touch(conn: Executor, *, user_id: str, ids: list[uuid.UUID]) -> None:

@@ -86,14 +86,14 @@ async def _get(ctx: ToolContext, one: ItemIn) -> dict[str, Any]:
     return await ms.get_memory(ctx.pool, user_id=ctx.user_id, item_id=one.item_id)
 
 
-async def _archive(ctx: ToolContext, one: ItemIn) -> dict[str, Any]:
+async def _archive(ctx: ToolContext, one: ItemIn) -> ms.Archived:
     return await ms.archive_memory(
         ctx.pool, ctx.publisher, user_id=ctx.user_id, item_id=one.item_id, actor="tool"
     )
 
 
-async def _list_themes(ctx: ToolContext, _: Nothing) -> dict[str, Any]:
-    return {"themes": await ms.list_themes(ctx.pool, user_id=ctx.user_id)}
+async def _list_themes(ctx: ToolContext, _: Nothing) -> ms.Themes:
+    return await ms.list_themes(ctx.pool, user_id=ctx.user_id)
 
 
 async def _save_fact(ctx: ToolContext, fact: FactIn) -> dict[str, Any]:

@@ -13,13 +13,14 @@ MCP and the tool listing all read it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from services.query.embeddings.query import user_embedder
 from services.query.memory.state import QueryState
@@ -140,6 +141,16 @@ def validate(
         raise InvalidRequest(f"invalid arguments for {name}: " + "; ".join(problems)) from exc
 
 
+def render(result: Any) -> Any:
+    """A handler's result as JSON-ready data: a typed result (dataclass or pydantic
+    model) is rendered here, once, for the HTTP tool call and MCP alike."""
+    if isinstance(result, BaseModel):
+        return result.model_dump(mode="json")
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return TypeAdapter(type(result)).dump_python(result, mode="json")
+    return result
+
+
 def _choices(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
@@ -161,11 +172,11 @@ async def run(table: Mapping[str, Tool], ctx: ToolContext, name: str, arguments:
                 names = [o.name for o in spec.operations]
                 raise ToolError(f"unknown {spec.selector} {op_name!r}; use {_choices(names)}")
             body = validate(op.model, args, name=op.name, operation=True)
-            return await tool.handlers[op.name](ctx, body)
+            return render(await tool.handlers[op.name](ctx, body))
         assert spec.model is not None
         only = tool.only if tool.only is not None else spec.only
         fixed = tool.context_args(ctx) if tool.context_args else None
         body = validate(spec.model, args, name=name, only=only, context_args=fixed)
-        return await tool.handlers[None](ctx, body)
+        return render(await tool.handlers[None](ctx, body))
     except (InvalidRequest, NotFound) as exc:
         raise ToolError(str(exc)) from exc

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from dataclasses import dataclass, field
 
 import asyncpg
 import redis.asyncio as aioredis
@@ -61,6 +61,20 @@ order (the embedder storing a batch of vectors) can deadlock with it, and Postgr
 then rolls one back; the erasure is tried again, never answered 500."""
 
 
+@dataclass(frozen=True)
+class Erased:
+    rows: dict[str, int]
+    """Rows deleted per table (cascaded ones too)."""
+    stream_entries: dict[str, int] = field(default_factory=dict)
+    """The user's stream entries deleted per stream."""
+    erased: bool = True
+
+
+@dataclass(frozen=True)
+class Reenabled:
+    reenabled: bool = True
+
+
 async def erase_user(
     pool: asyncpg.Pool,
     *,
@@ -68,7 +82,7 @@ async def erase_user(
     actor: str,
     redis: aioredis.Redis | None = None,
     settings: CommonSettings | None = None,
-) -> dict[str, Any]:
+) -> Erased:
     """Delete the user and every row and stream entry of theirs, and keep them erased;
     NotFound if there is no such user."""
     started = time.perf_counter()
@@ -92,7 +106,7 @@ async def erase_user(
         attempt,
         time.perf_counter() - started - rows_s,
     )
-    return {"erased": True, "rows": counts, "stream_entries": streams}
+    return Erased(rows=counts, stream_entries=streams)
 
 
 async def _erase_rows(pool: asyncpg.Pool, *, user_id: str, actor: str) -> dict[str, int]:
@@ -125,8 +139,8 @@ async def _erase_rows(pool: asyncpg.Pool, *, user_id: str, actor: str) -> dict[s
     return counts
 
 
-async def reenable(pool: asyncpg.Pool, *, user_id: str) -> dict[str, Any]:
+async def reenable(pool: asyncpg.Pool, *, user_id: str) -> Reenabled:
     """Lift an erased user's tombstone; NotFound if the id was not erased."""
     async with pool.acquire() as conn, conn.transaction():
         await reenable_user(conn, user_id=user_id)
-    return {"reenabled": True}
+    return Reenabled()

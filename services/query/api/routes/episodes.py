@@ -34,7 +34,7 @@ async def list_episodes(
     status: Annotated[str | None, Query(pattern="^(open|closed)$")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
-) -> dict[str, Any]:
+) -> es.EpisodePage:
     return await es.list_episodes(pool, user_id=user_id, status=status, limit=limit, offset=offset)
 
 
@@ -48,5 +48,5 @@ async def get_episode(
     user_id: UserId,
     pool: Pool,
     turns: Annotated[int, Query(ge=0, le=1000)] = 200,
-) -> dict[str, Any]:
+) -> es.Episode:
     return await es.get_episode(pool, user_id=user_id, episode_id=episode_id, turns=turns)

@@ -168,5 +168,5 @@ async def namespaces(user_id: UserId, pool: Pool) -> dict[str, Any]:
     summary="Delete a memory (its embedding goes with it)",
     response_model=R.DeletedOut,
 )
-async def delete(memory_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def delete(memory_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> ms.Deleted:
     return await ms.delete_memory(pool, pub, user_id=user_id, item_id=memory_id, actor="jarvus")

@@ -56,7 +56,7 @@ async def get(item_id: uuid.UUID, user_id: UserId, pool: Pool) -> dict[str, Any]
     summary="Archive a memory (kept, hidden from search)",
     response_model=R.ArchivedOut,
 )
-async def archive(item_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def archive(item_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> ms.Archived:
     return await ms.archive_memory(pool, pub, user_id=user_id, item_id=item_id)
 
 
@@ -65,12 +65,12 @@ async def archive(item_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> 
     summary="Delete a memory and its embedding for good",
     response_model=R.DeletedOut,
 )
-async def delete(item_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def delete(item_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> ms.Deleted:
     return await ms.delete_memory(pool, pub, user_id=user_id, item_id=item_id)
 
 
 @router.get(
     "/themes", summary="The user's themes with their active item counts", response_model=R.ThemesOut
 )
-async def themes(user_id: UserId, pool: Pool) -> dict[str, Any]:
-    return {"themes": await ms.list_themes(pool, user_id=user_id)}
+async def themes(user_id: UserId, pool: Pool) -> ms.Themes:
+    return await ms.list_themes(pool, user_id=user_id)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, HTTPException, Request, status
 
 from services.query.api import responses as R
@@ -19,7 +17,7 @@ router = APIRouter(prefix="/v1/users", tags=["users"])
     summary="Erase a user: every message, memory, vector, person, key, stream entry",
     response_model=R.ErasedOut,
 )
-async def erase(user_id: str, who: Caller, pool: Pool, request: Request) -> dict[str, Any]:
+async def erase(user_id: str, who: Caller, pool: Pool, request: Request) -> users_service.Erased:
     if not who.is_admin and who.user_id != user_id:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "this key cannot erase another user")
     actor = "admin" if who.is_admin else "user"
@@ -34,5 +32,5 @@ async def erase(user_id: str, who: Caller, pool: Pool, request: Request) -> dict
     summary="Let an erased user's id be used again: their new events are stored (admin key)",
     response_model=R.ReenabledOut,
 )
-async def reenable(user_id: str, who: Admin, pool: Pool) -> dict[str, Any]:
+async def reenable(user_id: str, who: Admin, pool: Pool) -> users_service.Reenabled:
     return await users_service.reenable(pool, user_id=user_id)
