@@ -181,7 +181,9 @@ async def _facts(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         )
     if action == "search":
         q: FactSearchIn = _validate(FactSearchIn, args, action)
-        vector = await ctx.state.query_vector(ctx.pool, user_id=ctx.user_id, text=q.query)
+        vector = None
+        if q.query.strip() not in ("", "*"):  # else the newest facts: nothing to embed
+            vector = await ctx.state.query_vector(ctx.pool, user_id=ctx.user_id, text=q.query)
         return {
             "facts": await fs.search_facts(
                 ctx.pool,
