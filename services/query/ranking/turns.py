@@ -375,20 +375,8 @@ LIMIT $6
 
 
 def _newest(r: asyncpg.Record) -> MessageHit:
-    return MessageHit(
-        id=int(r["id"]),
-        external_message_id=r["external_id"],
-        episode_id=str(r["episode_id"]),
-        chat_id=r["chat_id"],
-        role=r["role"],
-        display_name=r["display_name"],
-        content=r["content"],
-        occurred_at=r["occurred_at"],
-        score=0.0,
-        lexical_rank=None,
-        semantic_rank=None,
-        similarity=None,
-    )
+    # a candidate no signal found: score 0, no ranks, no similarity
+    return _hit(r, Candidate(int(r["id"])), None, False)
 
 
 async def rank_turns(
