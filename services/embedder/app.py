@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from services.embedder import service
 from services.embedder.metrics import EmbedderMetrics
+from services.embedder.restarts import AFTER_RESTART_S, RedisRestarts
 from services.embedder.settings import EmbedderSettings
 from shared.embeddings.guard import guards_from
 from shared.embeddings.providers import ProviderRegistry, preload
@@ -47,12 +48,16 @@ def create_app(
         )
 
     orphan_scan_at = 0.0  # monotonic time of the sweep's next look for orphaned rows
+    restarts = RedisRestarts()
 
     async def retry_due() -> None:
         nonlocal orphan_scan_at
-        orphans = time.monotonic() >= orphan_scan_at
+        back = await restarts.came_back(rt.redis)
+        orphans = back or time.monotonic() >= orphan_scan_at
         if orphans:
             orphan_scan_at = time.monotonic() + settings.embed_orphan_after_s / 4
+        if back:
+            log.info("embedder: Redis came back; looking for rows whose request was lost")
         await service.retry_due(
             rt.pool,
             rt.publisher,
@@ -62,6 +67,7 @@ def create_app(
             indexer=indexer,
             guards=guards,
             orphans=orphans,
+            orphan_age_s=AFTER_RESTART_S if back else None,
         )
 
     async def index_users() -> None:

@@ -185,18 +185,19 @@ async def retry_due(
     guards: Guards | None = None,
     limit: int = 500,
     orphans: bool = False,
+    orphan_age_s: float | None = None,
 ) -> Outcome:
     """Embed rows whose provider was down and whose retry time has come; with
-    ``orphans``, also rows pending and untouched for ``embed_orphan_after_s`` with no
-    retry time, whose request was lost or dead-lettered (a user's rows with no
-    provider are parked the first time, so they are not looked at again)."""
+    ``orphans``, also rows pending and untouched for ``embed_orphan_after_s`` (or
+    ``orphan_age_s``: shorter, after Redis came back) with no retry time, whose
+    request was lost or dead-lettered (a user's rows with no provider are parked the
+    first time, so they are not looked at again)."""
     wanted: Wanted = defaultdict(lambda: defaultdict(set))
     for kind in store.TABLES:
         found = await store.due_for_retry(pool, kind, limit=limit)
         if orphans:
-            found += await store.orphans(
-                pool, kind, older_than_s=settings.embed_orphan_after_s, limit=limit
-            )
+            age = settings.embed_orphan_after_s if orphan_age_s is None else orphan_age_s
+            found += await store.orphans(pool, kind, older_than_s=age, limit=limit)
             if found:
                 log.info("embedder: the sweep takes %d %s row(s)", len(found), kind)
         for user_id, row_id in found:

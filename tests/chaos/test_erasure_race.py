@@ -20,7 +20,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import redis.asyncio as aioredis
 
@@ -30,6 +29,7 @@ from shared.events import EpisodeClosed, EpisodeStarted, TurnReceived
 from shared.settings import CommonSettings
 from shared.streams import Publisher, stream_state
 from tests.chaos.conftest import SCALE, record
+from tests.query.test_erased_user import _rows_of
 from tests.support import wait_for
 
 RUNS = 2 * SCALE
@@ -55,23 +55,6 @@ def _writes(marker: str) -> list[tuple[str, str, dict[str, Any]]]:
             {"name": "memory", "arguments": {"operation": "add", "content": text, "type": "fact"}},
         ),
     ]
-
-
-async def _rows_of(conn: asyncpg.Connection, user_id: str) -> dict[str, int]:
-    found = {}
-    for t in await conn.fetch(
-        "SELECT c.table_name FROM information_schema.columns c JOIN information_schema.tables t "
-        "USING (table_schema, table_name) WHERE c.column_name = 'user_id' "
-        "AND t.table_type = 'BASE TABLE' AND c.table_schema = current_schema()"
-    ):
-        n = await conn.fetchval(
-            f'SELECT count(*) FROM "{t["table_name"]}" WHERE user_id = $1', user_id
-        )
-        if n:
-            found[t["table_name"]] = int(n)
-    if await conn.fetchval("SELECT count(*) FROM users WHERE id = $1", user_id):
-        found["users"] = 1
-    return found
 
 
 async def _entries_with(r: aioredis.Redis, user_id: str, marker: str) -> dict[str, int]:

@@ -393,3 +393,60 @@ async def test_the_sweep_parks_the_rows_of_a_user_without_a_provider(
     assert row["embedding_error"] == service.NO_PROVIDER
     found = await store.orphans(pool, "message", older_than_s=60, limit=100_000)
     assert (user_id, ids[0]) not in found
+
+
+async def test_after_redis_comes_back_the_sweep_takes_lost_requests_at_once(
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
+    tmp_path: Any,
+) -> None:
+    """Issue 29.12: a restarted Redis (a new run_id) or one the sweep could not reach
+    is noticed once; the sweep then takes rows pending for a few seconds, not the
+    orphan age (10 minutes), so a request lost on the restart is embedded at once."""
+    from engram_cli.embedded import EmbeddedRedis, free_port
+    from services.embedder.restarts import AFTER_RESTART_S, RedisRestarts
+
+    own = EmbeddedRedis(tmp_path / "redis", port=free_port())
+    url = own.start(persistent=False)
+    client = aioredis.from_url(url)
+    restarts = RedisRestarts()
+    try:
+        assert not await restarts.came_back(client)
+        assert not await restarts.came_back(client)
+        own.stop()
+        assert not await restarts.came_back(client)  # away: nothing to do yet
+        own.start(persistent=False)
+        # back (after an outage, a new run): noticed by the next sweep or the one after
+        # (the first may still meet the connection the stop closed)
+        assert await restarts.came_back(client) or await restarts.came_back(client)
+        assert not await restarts.came_back(client)
+        own.stop()
+        own.start(persistent=False)
+        # a restart between two sweeps: the first call may meet the closed connection
+        # (away), the next one sees the new run either way
+        assert await restarts.came_back(client) or await restarts.came_back(client)
+    finally:
+        await client.aclose()
+        own.stop()
+
+    await configure(pool, user_id, esettings, server, "openai")
+    lost = await add_messages(pool, user_id, ["my request went with the restart"])
+    await pool.execute(
+        "UPDATE messages SET created_at = now() - interval '30 seconds' WHERE id = $1", lost[0]
+    )
+    publisher = Publisher(redis, esettings)
+    await service.retry_due(pool, publisher, settings=esettings, registry=registry, orphans=True)
+    assert [r["embedding_state"] for r in await states(pool, lost)] == ["pending"]
+    await service.retry_due(
+        pool,
+        publisher,
+        settings=esettings,
+        registry=registry,
+        orphans=True,
+        orphan_age_s=AFTER_RESTART_S,
+    )
+    assert [r["embedding_state"] for r in await states(pool, lost)] == ["ready"]

@@ -189,13 +189,39 @@ async def test_bad_requests_are_refused(make_settings, pool, user_id):
     async with running(_app(make_settings)) as client:
         h = await auth(pool, user_id)
         for body in (
-            {"query": ""},
             {"query": "x", "limit": 51},
             {"query": "x", "mode": "magic"},
             {"query": "x", "episode_id": "not-a-uuid"},
         ):
             r = await client.post("/v1/messages/search", headers=h, json=body)
             assert r.status_code == 422, body
+
+
+async def test_an_empty_query_lists_the_newest_turns_and_facts_as_every_search_does(
+    make_settings, pool, user_id
+):
+    """Issue 29.18: '' and '*' mean newest first on /v1/messages/search and
+    /v1/facts/search too, as on the memory, episode and Jarvus searches."""
+    _, ids = await add_turns(pool, user_id, [T("first words"), T("second words"), T("third words")])
+    async with running(_app(make_settings)) as client:
+        h = await auth(pool, user_id)
+        for query in ("", "*", "  "):
+            r = await client.post(
+                "/v1/messages/search", headers=h, json={"query": query, "limit": 2}
+            )
+            assert r.status_code == 200, r.text
+            assert r.json()["mode"] == "newest"
+            assert [x["id"] for x in r.json()["results"]] == [ids[2], ids[1]]
+        for key, value in (("a", "older"), ("b", "newer")):
+            r = await client.post(
+                "/v1/facts", headers=h, json={"category": "c", "key": key, "value": value}
+            )
+            assert r.status_code == 200, r.text
+        r = await client.post("/v1/facts/search", headers=h, json={"query": ""})
+        assert r.status_code == 200, r.text
+        facts = r.json()["facts"]
+        assert [f["value"] for f in facts] == ["newer", "older"]
+        assert {f["match"] for f in facts} == {"newest"}
 
 
 async def test_bm25_prefers_the_rarer_word_and_the_speaker_named(make_settings, pool, user_id):

@@ -166,7 +166,13 @@ async def search_facts(
     vector: list[float] | None,
     trigram: bool,
 ) -> list[dict[str, Any]]:
-    """Vector matches (distance < 0.3) first, then trigram or ILIKE matches."""
+    """Vector matches (distance < 0.3) first, then trigram or ILIKE matches; a blank
+    or ``*`` query gives the newest facts (``match`` ``newest``), as every search does."""
+    if query.strip() in ("", "*"):
+        page = await list_facts(
+            pool, user_id=user_id, limit=limit, sort_by="updated_at", sort_order="desc"
+        )
+        return [{**f, "match": "newest"} for f in page["facts"]]
     found: list[dict[str, Any]] = []
     if vector is not None and user_id is not None:
         for r in await pool.fetch(SEARCH_VECTOR, user_id, vector, MAX_DISTANCE, limit):

@@ -90,7 +90,9 @@ class FactIn(Body):
 
 
 class FactSearchIn(Body):
-    query: Annotated[str, Field(min_length=1, max_length=2000, description="what to look for")]
+    query: Annotated[
+        str, Field(max_length=2000, description="what to look for; '*' or empty = newest first")
+    ]
     limit: Annotated[int, Field(ge=1, le=100)] = 15
 
 

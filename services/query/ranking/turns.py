@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 
@@ -284,8 +284,6 @@ class MessageQuery:
     as_of: datetime | None = None
 
     def __post_init__(self) -> None:
-        if not self.query.strip():
-            raise InvalidRequest("a message search needs a query")
         if not 1 <= self.limit <= MAX_LIMIT:
             raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}, got {self.limit}")
         if self.mode not in MODES:
@@ -335,7 +333,7 @@ class MessageHit:
 
 @dataclass(frozen=True)
 class MessageResult:
-    mode: Mode
+    mode: Mode | Literal["newest"]
     hits: list[MessageHit] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -350,7 +348,11 @@ async def search_messages(
     pool: Executor, q: MessageQuery, *, user_id: str, vector: list[float] | None
 ) -> MessageResult:
     """Search ``user_id``'s turns under the mode's spec. ``vector`` is the query
-    embedding, or None (full-text only)."""
+    embedding, or None (full-text only). A blank or ``*`` query gives the newest
+    turns (mode ``newest``), as every search of the API does."""
+    if q.query.strip() in ("", "*"):
+        rows = await pool.fetch(NEWEST, user_id, q.chat_id, q.episode_id, q.since, q.until, q.limit)
+        return MessageResult("newest", [_newest(r) for r in rows])
     mode: Mode = q.mode
     if vector is None and MESSAGE_MODES[mode].w_sem > 0:
         mode = "bm25" if MESSAGE_MODES[mode].lexical == "bm25" else "fts"
@@ -368,6 +370,23 @@ async def search_messages(
         as_of=q.as_of,
     )
     return MessageResult(mode, hits)
+
+
+NEWEST = """
+SELECT id, external_id, episode_id, chat_id, role, display_name, content, occurred_at
+FROM messages
+WHERE user_id = $1 AND ($2::text IS NULL OR chat_id = $2)
+  AND ($3::uuid IS NULL OR episode_id = $3::uuid)
+  AND ($4::timestamptz IS NULL OR occurred_at >= $4)
+  AND ($5::timestamptz IS NULL OR occurred_at < $5)
+ORDER BY occurred_at DESC, id DESC
+LIMIT $6
+"""
+
+
+def _newest(r: asyncpg.Record) -> MessageHit:
+    # a candidate no signal found: score 0, no ranks, no similarity
+    return _hit(r, Candidate(int(r["id"])), None, False)
 
 
 async def rank_turns(

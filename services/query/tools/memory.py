@@ -103,7 +103,9 @@ async def _save_fact(ctx: ToolContext, fact: FactIn) -> dict[str, Any]:
 
 
 async def _search_facts(ctx: ToolContext, q: FactSearchIn) -> dict[str, Any]:
-    vector = await ctx.state.query_vector(ctx.pool, user_id=ctx.user_id, text=q.query)
+    vector = None
+    if q.query.strip() not in ("", "*"):  # else the newest facts: nothing to embed
+        vector = await ctx.state.query_vector(ctx.pool, user_id=ctx.user_id, text=q.query)
     return {
         "facts": await fs.search_facts(
             ctx.pool,

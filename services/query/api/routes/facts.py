@@ -29,7 +29,9 @@ async def save(body: FactIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str,
 async def search(
     body: FactSearchIn, request: Request, user_id: UserId, pool: Pool, state: State
 ) -> dict[str, Any]:
-    vector = await state.query_vector(pool, user_id=user_id, text=body.query)
+    vector = None
+    if body.query.strip() not in ("", "*"):  # else the newest facts: nothing to embed
+        vector = await state.query_vector(pool, user_id=user_id, text=body.query)
     facts = await fs.search_facts(
         pool,
         user_id=user_id,

@@ -21,7 +21,9 @@ router = APIRouter(prefix="/v1/messages", tags=["messages"])
 class MessageSearchIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: Annotated[str, Field(min_length=1, max_length=2000, description="what to find")]
+    query: Annotated[
+        str, Field(max_length=2000, description="what to find; '*' or empty = newest first")
+    ]
     limit: Annotated[int, Field(ge=1, le=ms.MAX_LIMIT, description="results, 1-50")] = 10
     mode: ms.Mode = Field(
         default=ms.DEFAULT_MODE,
@@ -58,7 +60,7 @@ async def search(
 ) -> dict[str, Any]:
     q = body.query_()
     vector = None
-    if ms.FUSIONS[q.mode].w_sem > 0:
+    if ms.FUSIONS[q.mode].w_sem > 0 and q.query.strip() not in ("", "*"):
         vector = await state.query_vector(pool, user_id=user_id, text=q.query)
     result = await ms.search_messages(pool, q, user_id=user_id, vector=vector)
     state.message_searches.labels(result.mode).inc()
