@@ -9,7 +9,10 @@ embedder looks at once for rows pending longer than :data:`AFTER_RESTART_S`
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 AFTER_RESTART_S = 5.0
 """Rows pending at least this long when Redis comes back are swept at once (one whose
@@ -24,13 +27,16 @@ class RedisRestarts:
         self._run_id: str | None = None
         self._away = False
 
-    async def came_back(self, redis: aioredis.Redis) -> bool:
+    async def came_back(self, redis: aioredis.Redis | RedisCluster) -> bool:
         try:
-            info = await redis.info("server")
+            info: dict[str, Any] = await redis.info("server")
         except (aioredis.RedisError, OSError):
             self._away = True  # the sweep goes on (its retries need PostgreSQL only)
             return False
-        run_id = str(info.get("run_id"))
+        if "run_id" in info:
+            run_id = str(info["run_id"])
+        else:  # a cluster answers per node: any node restarted counts
+            run_id = ",".join(sorted(str(v.get("run_id")) for v in info.values()))
         back = self._away or (self._run_id is not None and run_id != self._run_id)
         self._run_id, self._away = run_id, False
         return back
