@@ -172,6 +172,7 @@ def user_id() -> str:
 # no embedding model, so they run while a fresh clone's export finishes.
 LONGEST_FIRST = (
     "tests/chaos/",
+    "tests/cluster/",
     "tests/browser/",
     "tests/ops/",
 )

@@ -95,6 +95,24 @@ async def _count(pool: asyncpg.Pool, sql: str, *args: Any) -> int:
     return int(await pool.fetchval(sql, *args) or 0)
 
 
+async def _lost_and_duplicated(
+    pool: asyncpg.Pool, published: list[TurnReceived], user_ids: list[str]
+) -> tuple[int, int]:
+    """Published turns not stored; turns stored more than once."""
+    lost = await _count(
+        pool,
+        "SELECT count(*) FROM unnest($1::uuid[]) AS p(id) "
+        "WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.event_id = p.id)",
+        [t.event_id for t in published],
+    )
+    duplicated = await _count(
+        pool,
+        "SELECT count(*) - count(DISTINCT event_id) FROM messages WHERE user_id = ANY($1)",
+        user_ids,
+    )
+    return lost, duplicated
+
+
 def _record(request: pytest.FixtureRequest, rows: list[list[str]]) -> None:
     request.node.user_properties.append((RELIABILITY_PROPERTY, rows))
 
@@ -178,18 +196,7 @@ async def test_consumers_sigkilled_on_a_cluster_lose_and_repeat_no_turn(
             interval=0.25,
             message="every turn embedded",
         )
-        ids = [t.event_id for t in published]
-        lost = await _count(
-            pool,
-            "SELECT count(*) FROM unnest($1::uuid[]) AS p(id) "
-            "WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.event_id = p.id)",
-            ids,
-        )
-        duplicated = await _count(
-            pool,
-            "SELECT count(*) - count(DISTINCT event_id) FROM messages WHERE user_id = ANY($1)",
-            user_ids,
-        )
+        lost, duplicated = await _lost_and_duplicated(pool, published, user_ids)
         turn_count = await _count(
             pool, "SELECT sum(turn_count) FROM episodes WHERE user_id = ANY($1)", user_ids
         )
@@ -360,18 +367,7 @@ async def _kill_a_master(
                         break
             raise
     await r.aclose()
-    ids = [t.event_id for t in acked]
-    lost = await _count(
-        pool,
-        "SELECT count(*) FROM unnest($1::uuid[]) AS p(id) "
-        "WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.event_id = p.id)",
-        ids,
-    )
-    duplicated = await _count(
-        pool,
-        "SELECT count(*) - count(DISTINCT event_id) FROM messages WHERE user_id = ANY($1)",
-        user_ids,
-    )
+    lost, duplicated = await _lost_and_duplicated(pool, acked, user_ids)
     # order is judged on what the streams kept (a lost entry is counted as lost)
     kept = [t for t in acked if str(t.event_id) in in_streams]
     return {
