@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast test-chaos lint typecheck migrate publish bench-ingest bench-embed bench-live bench-peers bench-search bench-context bench-context-quality bench-extract bench-locomo bench-browser clean
+.PHONY: install run test test-fast test-chaos lint typecheck migrate publish bench-checkpoints bench-ingest bench-embed bench-live bench-peers bench-search bench-context bench-context-quality bench-extract bench-locomo bench-browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -79,6 +79,10 @@ bench-context: $(STAMP)
 # Uses the stack of `make run` if one is running, else starts its own.
 bench-context-quality: $(STAMP)
 	$(BIN)/python -m bench.context --quality $(LOCOMO)
+
+# LangGraph checkpoints: engram over HTTP beside LangGraph's Postgres checkpointer, one run.
+bench-checkpoints: $(STAMP)
+	$(BIN)/python -m bench.checkpoints
 
 bench-browser: $(STAMP)
 	$(BIN)/python -m bench.browser

@@ -12,6 +12,7 @@ Needs only ``httpx`` and ``pydantic``.
 """
 
 from engram_client._client import AsyncEngram, Engram, RetryPolicy
+from engram_client._pair import ClientPair
 from engram_client.errors import (
     AuthenticationError,
     BadRequest,
@@ -30,6 +31,7 @@ __all__ = [
     "AsyncEngram",
     "AuthenticationError",
     "BadRequest",
+    "ClientPair",
     "ConnectionFailed",
     "Engram",
     "EngramError",

@@ -24,10 +24,9 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from engram_client import AsyncEngram, Engram
+from engram_client import AsyncEngram, ClientPair, Engram
 from engram_client import _calls as c
 from engram_client.models import Turn
-from engram_langchain._clients import Clients
 
 Role = Literal["user", "assistant", "tool", "system"]
 ROLES: dict[str, Role] = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
@@ -53,7 +52,7 @@ class EngramChatMessageHistory(BaseChatMessageHistory):
         aclient: AsyncEngram | None = None,
     ) -> None:
         self.chat_id, self.display_name, self.limit = chat_id, display_name, limit
-        self._clients = Clients(base_url, api_key, user=user, client=client, aclient=aclient)
+        self._clients = ClientPair(base_url, api_key, user=user, client=client, aclient=aclient)
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]

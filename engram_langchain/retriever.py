@@ -12,9 +12,8 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, PrivateAttr
 
-from engram_client import AsyncEngram, Engram
+from engram_client import AsyncEngram, ClientPair, Engram
 from engram_client.models import Context, MemoryHit, MemoryItem
-from engram_langchain._clients import Clients
 
 ELLIPSIS = "…"
 
@@ -40,10 +39,10 @@ class EngramRetriever(BaseRetriever):
     token_budget: int | None = None
     client: Engram | None = None
     aclient: AsyncEngram | None = None
-    _clients: Clients = PrivateAttr()
+    _clients: ClientPair = PrivateAttr()
 
     def model_post_init(self, context: Any, /) -> None:
-        self._clients = Clients(
+        self._clients = ClientPair(
             self.base_url, self.api_key, user=self.user, client=self.client, aclient=self.aclient
         )
 

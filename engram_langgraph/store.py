@@ -26,7 +26,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from engram_client import AsyncEngram, Engram, NotFound
+from engram_client import AsyncEngram, ClientPair, Engram, NotFound
 from engram_client import _calls as c
 from engram_client.models import StoreItem
 
@@ -47,33 +47,21 @@ class EngramStore(BaseStore):
         client: Engram | None = None,
         aclient: AsyncEngram | None = None,
     ) -> None:
-        if (client is None or aclient is None) and (base_url is None or api_key is None):
-            raise ValueError("give base_url and api_key, or both clients")
-        self._url, self._key, self._user = base_url, api_key, user
-        self._client = client
-        self._aclient = aclient
+        self._clients = ClientPair(base_url, api_key, user=user, client=client, aclient=aclient)
 
     @property
     def client(self) -> Engram:
-        if self._client is None:
-            assert self._url is not None and self._key is not None
-            self._client = Engram(self._url, self._key, user=self._user)
-        return self._client
+        return self._clients.sync
 
     @property
     def aclient(self) -> AsyncEngram:
-        if self._aclient is None:
-            assert self._url is not None and self._key is not None
-            self._aclient = AsyncEngram(self._url, self._key, user=self._user)
-        return self._aclient
+        return self._clients.aio
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        self._clients.close()
 
     async def aclose(self) -> None:
-        if self._aclient is not None:
-            await self._aclient.aclose()
+        await self._clients.aclose()
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         out: list[Result] = []

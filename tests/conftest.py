@@ -212,7 +212,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return Units(config, log)
 
 
-MISSING_TOOL_WORDS = ("chromium is missing", "prometheus is missing")
+MISSING_TOOL_WORDS = ("chromium is missing", "prometheus is missing", "node is missing")
 
 # The reliability table of tests/chaos: rows from the tests' reports, which reach this
 # process from a parallel run's workers too (tests/chaos/conftest.py attaches them).
@@ -246,7 +246,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             "!", f"{len(missing)} TESTS SKIPPED: A TOOL IS MISSING", red=True
         )
         terminalreporter.write_line(
-            "install Debian's chromium and prometheus (apt-get install chromium prometheus; "
-            ".ci/run does) to run the browser and Prometheus tests",
+            "install Debian's chromium, prometheus, nodejs and npm (apt-get install chromium "
+            "prometheus nodejs npm; .ci/run does) to run the browser, Prometheus and "
+            "TypeScript tests",
             red=True,
         )

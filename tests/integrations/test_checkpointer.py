@@ -21,6 +21,8 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.report import CapabilityReport
 
+from engram_client import AsyncEngram, BadRequest, ValidationFailed
+from engram_client import _calls as c
 from engram_langgraph import EngramSaver
 from shared.apikeys import create_key
 from tests.live import LiveQuery
@@ -105,3 +107,19 @@ async def test_conformance(
     assert failures == []
     assert counts(report) == (ALL, 0)
     assert report.conformance_level() == "FULL"
+
+
+async def test_bad_input_is_4xx_naming_the_field(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
+    async with AsyncEngram(live_query.url, await user_key(pool, "bad")) as client:
+        await client.send(c.checkpoints_put("t", "a", {"s": 1}, checkpoint_ns="ns1"))
+        with pytest.raises(BadRequest, match="checkpoint_ns"):
+            await client.send(c.checkpoints_put("t", "a", {"s": 2}, checkpoint_ns="ns2"))
+        with pytest.raises(BadRequest, match="parent_id"):
+            await client.send(c.checkpoints_put("t", "b", {"s": 1}, parent_id="b"))
+        twice = [{"idx": 0, "channel": "c", "value": 1}, {"idx": 0, "channel": "d", "value": 2}]
+        with pytest.raises(ValidationFailed, match="writes"):
+            await client.send(c.checkpoints_put_writes("t", "a", "task", twice, replace=True))
+        with pytest.raises(BadRequest, match="to_thread_id"):
+            await client.send(c.checkpoints_copy("t", "t"))
+        with pytest.raises(ValidationFailed, match="keep"):
+            await client.send(c.checkpoints_prune(["t"], keep="some"))  # type: ignore[arg-type]

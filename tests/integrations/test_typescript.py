@@ -21,7 +21,8 @@ NODE = shutil.which("node")
 NPM = shutil.which("npm")
 
 pytestmark = pytest.mark.skipif(
-    NODE is None or NPM is None, reason="node and npm (Debian's nodejs, npm; .ci/run installs them)"
+    NODE is None or NPM is None,
+    reason="node is missing (or npm): Debian's nodejs and npm, which .ci/run installs",
 )
 
 

@@ -1668,27 +1668,6 @@ export interface components {
             /** Agent Id */
             agent_id?: string | null;
         };
-        /** GraphCheckpointOut */
-        GraphCheckpointOut: {
-            /** Thread Id */
-            thread_id: string;
-            /** Checkpoint Id */
-            checkpoint_id: string;
-            /** Parent Id */
-            parent_id: string | null;
-            /** Agent Id */
-            agent_id: string | null;
-            /** Step */
-            step: number | null;
-            /** State */
-            state: unknown;
-            /** Created At */
-            created_at: string;
-            /** Checkpoint Ns */
-            checkpoint_ns: string;
-        } & {
-            [key: string]: unknown;
-        };
         /**
          * HealthOut
          * @description ``/health``: the service, ``ok`` or ``degraded``, and each dependency's check.
@@ -2281,6 +2260,26 @@ export interface components {
             created: boolean;
             /** Changed */
             changed: string[];
+        };
+        /**
+         * SavedCheckpointOut
+         * @description A saved checkpoint, without the state it was sent.
+         */
+        SavedCheckpointOut: {
+            /** Thread Id */
+            thread_id: string;
+            /** Checkpoint Ns */
+            checkpoint_ns: string;
+            /** Checkpoint Id */
+            checkpoint_id: string;
+            /** Parent Id */
+            parent_id: string | null;
+            /** Agent Id */
+            agent_id: string | null;
+            /** Step */
+            step: number;
+            /** Created At */
+            created_at: string;
         };
         /** SavedFactOut */
         SavedFactOut: {
@@ -5234,7 +5233,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["GraphCheckpointOut"];
+                    "application/json": components["schemas"]["SavedCheckpointOut"];
                 };
             };
             /** @description The request cannot be served as asked (detail says why) */

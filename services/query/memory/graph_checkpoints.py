@@ -55,9 +55,20 @@ a AS (
 SELECT * FROM c
 """
 
-# $2-$5 narrow (NULL: any); $6 is a cursor id: only checkpoints older than it.
+# $2-$5 narrow (NULL: any); $6 is a cursor id: only checkpoints older than it; $8: with
+# each checkpoint's pending writes, in the order LangGraph applies them (one round trip).
 QUERY = f"""
-SELECT {_COLUMNS} FROM checkpoints c
+SELECT {_COLUMNS},
+       CASE WHEN $8::boolean THEN (
+           SELECT coalesce(jsonb_agg(jsonb_build_object(
+                      'task_id', w.task_id, 'idx', w.idx, 'channel', w.channel,
+                      'value', w.value, 'task_path', w.task_path)
+                  ORDER BY w.task_path, w.task_id, w.idx), '[]'::jsonb)
+           FROM checkpoint_writes w
+           WHERE w.user_id = $1 AND w.thread_id = c.thread_id
+             AND w.checkpoint_id = c.checkpoint_id)
+       END AS writes
+FROM checkpoints c
 WHERE user_id = $1
   AND ($2::text IS NULL OR thread_id = $2)
   AND ($3::text IS NULL OR checkpoint_ns = $3)
@@ -68,14 +79,6 @@ WHERE user_id = $1
         WHERE b.user_id = $1 AND b.thread_id = c.thread_id AND b.checkpoint_id = $6))
 ORDER BY created_at DESC, checkpoint_id DESC
 LIMIT $7
-"""
-
-WRITES_OF = """
-SELECT thread_id, checkpoint_id, task_id, idx, channel, value, task_path
-FROM checkpoint_writes
-WHERE user_id = $1 AND (thread_id, checkpoint_id) IN (
-    SELECT * FROM unnest($2::text[], $3::text[]))
-ORDER BY task_path, task_id, idx
 """
 
 _PUT_WRITE = """
@@ -236,28 +239,14 @@ async def query(
         contains,
         before,
         limit,
+        writes,
     )
-    out = [checkpoint_dict(r) for r in rows]
-    if writes and out:
-        found = await pool.fetch(
-            WRITES_OF,
-            user_id,
-            [c["thread_id"] for c in out],
-            [c["checkpoint_id"] for c in out],
-        )
-        by_checkpoint: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for w in found:
-            by_checkpoint.setdefault((w["thread_id"], w["checkpoint_id"]), []).append(
-                {
-                    "task_id": w["task_id"],
-                    "idx": w["idx"],
-                    "channel": w["channel"],
-                    "value": w["value"],
-                    "task_path": w["task_path"],
-                }
-            )
-        for c in out:
-            c["writes"] = by_checkpoint.get((c["thread_id"], c["checkpoint_id"]), [])
+    out = []
+    for r in rows:
+        c = checkpoint_dict(r)
+        if writes:
+            c["writes"] = r["writes"]
+        out.append(c)
     return out
 
 

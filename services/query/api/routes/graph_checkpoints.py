@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.query.api import responses as R
 from services.query.api.auth import UserId
@@ -50,6 +50,13 @@ class WritesIn(_Body):
     replace: bool = Field(
         default=False, description="replace writes already stored at these idx (else kept)"
     )
+
+    @field_validator("writes")
+    @classmethod
+    def _one_per_idx(cls, v: list[WriteIn]) -> list[WriteIn]:
+        if len({w.idx for w in v}) != len(v):
+            raise ValueError("two writes with one idx")
+        return v
 
 
 class CheckpointQueryIn(_Body):

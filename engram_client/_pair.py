@@ -1,11 +1,12 @@
-"""The sync and async engram clients an adapter uses, made on first use."""
+"""The sync and async clients of one service, made on first use: what an adapter with
+both sync and async methods holds (engram_langgraph, engram_langchain)."""
 
 from __future__ import annotations
 
-from engram_client import AsyncEngram, Engram
+from engram_client._client import AsyncEngram, Engram
 
 
-class Clients:
+class ClientPair:
     """``base_url`` and ``api_key`` (``user``: the user an admin key acts for), or ready
     ``client`` / ``aclient`` to share their connections."""
 
@@ -22,6 +23,14 @@ class Clients:
             raise ValueError("give base_url and api_key, or both clients")
         self._url, self._key, self._user = base_url, api_key, user
         self._client, self._aclient = client, aclient
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    async def aclose(self) -> None:
+        if self._aclient is not None:
+            await self._aclient.aclose()
 
     @property
     def sync(self) -> Engram:
