@@ -391,7 +391,7 @@ class StreamConsumer(Generic[T]):
         self._backoff = 0.0
         # Each series exists at 0 from the start, so the first dead letter is an increase
         # a rule can see (deploy/prometheus/alerts.yml, EngramDeadLetters).
-        metrics.dead_lettered.labels(self.stream_name)
+        metrics.dead_lettered.labels(*self.labels)
 
     async def ensure_group(self) -> None:
         """Create the group at the stream's start, so events published before any

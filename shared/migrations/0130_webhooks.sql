@@ -92,6 +92,8 @@ BEGIN
         IF TG_OP = 'INSERT' THEN
             kind := CASE WHEN NEW.category IS NOT NULL AND NEW.key IS NOT NULL
                          THEN 'fact.learned' ELSE 'memory.learned' END;
+        ELSIF NEW.status = 'merged' AND OLD.status IS DISTINCT FROM 'merged' THEN
+            kind := 'memory.merged';  -- a duplicate folded into the memory it repeats
         ELSIF OLD.superseded_by IS NULL AND NEW.superseded_by IS NOT NULL THEN
             kind := 'memory.superseded';
         ELSIF OLD.status = 'active' AND NEW.status = 'archived' THEN

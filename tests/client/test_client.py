@@ -77,7 +77,7 @@ async def test_remember_and_recall(live_query: LiveQuery, pool: asyncpg.Pool) ->
 async def test_facts(live_query: LiveQuery, pool: asyncpg.Pool) -> None:
     client, _ = await seeded_client(live_query, pool)
     async with client:
-        await client.facts.save("work", "employer", "Acme Rockets", confidence=95)
+        await client.facts.save("work", "employer", "Acme Rockets", confidence=0.95)
         listed = await client.facts.list()
         # the list holds every live fact; the seeded memories of type fact have no key
         assert [(f.category, f.key, f.value) for f in listed.facts if f.key] == [

@@ -104,6 +104,8 @@ def _model(model: type[BaseModel], schema: dict[str, Any], spec: dict[str, Any],
         if name not in props:
             if schema.get("additionalProperties") is True or not props:
                 continue  # an open answer: the field may be among the extra ones
+            if not field.is_required():
+                continue  # a model shared by several answers: this one leaves it out
             problems.append(f"{here}: not in the response schema")
             continue
         if field.is_required() and name not in required:

@@ -130,7 +130,7 @@ async def test_a_dead_letter_on_a_shard_is_replayed_onto_that_shard(
             },
         )
         await show_dead(settings, 10, replay=True)
-        assert "1 dead-lettered entry replayed" in capsys.readouterr().out
+        assert "1 dead-lettered entry; 1 replayed" in capsys.readouterr().out
         assert await r.xlen(key) == 1
         assert await r.xlen(settings.stream("dead")) == 0
     finally:

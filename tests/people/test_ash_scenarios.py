@@ -65,7 +65,12 @@ async def test_blue_supersedes_red_and_history_keeps_red(semantic_api):
     now = await api.ok("/v1/recall", {"query": "favorite color"})
     assert [r["id"] for r in now["results"]] == [blue_id]
     ctx = await api.ok("/v1/context", {"message": "what is my favorite color?"})
-    assert "blue" in ctx["text"] and "is red" not in ctx["text"]
+    # blue is the memory; red shows only as what it replaced (issue 27.4), never as a line
+    lines = ctx["text"].splitlines()
+    assert any(
+        "is blue" in line and "before: User's favorite color is red" in line for line in lines
+    )
+    assert not any(line.startswith("- [Memory] User's favorite color is red") for line in lines)
 
     history = await api.ok("/v1/recall", {"query": "favorite color", "include_superseded": True})
     by_id = {r["id"]: r for r in history["results"]}

@@ -114,10 +114,11 @@ SELECT m.id, m.user_id, m.scope, m.provider, m.chat_id, m.theme, m.type, m.conte
 FROM memory_items m JOIN candidates c USING (id)
      -- the turn the memory was learned from (the owner's own, never another user's)
      LEFT JOIN messages s ON s.id = m.source_message_id AND s.user_id = m.user_id
-     -- the value it replaced (the newest of those it superseded)
+     -- the value it replaced (the newest of those it superseded; a duplicate merged
+     -- into it said the same thing, it replaced nothing)
      LEFT JOIN LATERAL (
          SELECT o.content, o.valid_from, o.valid_to, o.source_message_id FROM memory_items o
-         WHERE o.superseded_by = m.id AND o.user_id = m.user_id
+         WHERE o.superseded_by = m.id AND o.user_id = m.user_id AND o.status <> 'merged'
          ORDER BY o.valid_from DESC, o.id DESC LIMIT 1
      ) AS p ON true, q
 """

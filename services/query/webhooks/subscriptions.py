@@ -21,6 +21,7 @@ EventType = Literal[
     "fact.learned",
     "memory.updated",
     "memory.superseded",
+    "memory.merged",
     "memory.archived",
     "memory.deleted",
     "episode.summarised",
