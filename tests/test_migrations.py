@@ -152,3 +152,64 @@ async def test_a_no_transaction_file_can_build_an_index_concurrently(infra, tmp_
         assert await _versions(conn) == ["0001_table", "0002_index"]
         assert await conn.fetchval("SELECT mig_f()") == "a;b"
         assert await conn.fetchval("SELECT count(*) FROM pg_indexes WHERE tablename = 'mig_t'") == 2
+
+
+async def test_0110_merges_live_duplicates_and_moves_confidence_to_0_1(infra, tmp_path):
+    """A database with duplicates from before migration 0110: the oldest stays and counts
+    the others, which are kept as merged with an audit line each; keyed facts and
+    episodes are left alone; saved confidences move from 0-100 to 0-1."""
+    old = tmp_path / "old"
+    shutil.copytree(MIGRATIONS_DIR, old)
+    (old / "0110_memory_confirmations.sql").unlink()
+    async with fresh_database(infra) as conn:
+        await migrate(conn, embedding_dim=384, directory=old)
+        await conn.execute("INSERT INTO users (id) VALUES ('tim'), ('ana')")
+        rows = [
+            ("tim", "fact", None, None, "Likes tea", 90.0, 3),
+            ("tim", "fact", None, None, "likes tea.", None, 2),
+            ("tim", "preference", None, None, "  LIKES  tea ", 0.7, 1),
+            ("ana", "fact", None, None, "Likes tea", None, 1),  # another user
+            ("tim", "episode", None, None, "clicked save", None, 2),  # occurrences
+            ("tim", "episode", None, None, "clicked save", None, 1),
+            ("tim", "fact", "drink", "morning", "Likes tea", 80.0, 1),  # a keyed fact
+        ]
+        for user, type_, category, key, content, confidence, days in rows:
+            await conn.execute(
+                "INSERT INTO memory_items (user_id, type, category, key, content, confidence, "
+                "created_at) VALUES ($1, $2, $3, $4, $5, $6, now() - make_interval(days => $7))",
+                user,
+                type_,
+                category,
+                key,
+                content,
+                confidence,
+                days,
+            )
+        assert await migrate(conn, embedding_dim=384) == ["0110_memory_confirmations"]
+        live = await conn.fetch(
+            "SELECT user_id, type, content, confirmations, jsonb_array_length(sources) AS n, "
+            "confidence FROM memory_items WHERE status = 'active' ORDER BY user_id, content, type"
+        )
+        assert sorted((r["user_id"], r["content"], r["confirmations"], r["n"]) for r in live) == [
+            ("ana", "Likes tea", 0, 0),
+            ("tim", "Likes tea", 0, 0),  # the keyed fact
+            ("tim", "Likes tea", 2, 2),  # the oldest of the three
+            ("tim", "clicked save", 0, 0),
+            ("tim", "clicked save", 0, 0),
+        ]
+        assert sorted(r["confidence"] or 0 for r in live) == pytest.approx([0, 0, 0, 0.8, 0.9])
+        merged = await conn.fetch(
+            "SELECT m.id, m.superseded_by, a.details FROM memory_items m "
+            "JOIN audit_log a ON a.entity_id = m.id::text AND a.action = 'merge' "
+            "WHERE m.status = 'merged'"
+        )
+        assert len(merged) == 2
+        keeper = await conn.fetchval(
+            "SELECT id FROM memory_items WHERE user_id = 'tim' AND confirmations = 2"
+        )
+        assert {r["superseded_by"] for r in merged} == {keeper}
+        with pytest.raises(asyncpg.UniqueViolationError):
+            await conn.execute(
+                "INSERT INTO memory_items (user_id, type, content) "
+                "VALUES ('tim', 'fact', 'LIKES TEA')"
+            )
