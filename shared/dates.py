@@ -312,6 +312,9 @@ def relative(text: str) -> bool:
     return _RELATIVE.search(text) is not None
 
 
+_PART_OF = re.compile(r"(?i)\s+of\b")  # "the last week of August": part of a named period
+
+
 def periods(text: str, ref: datetime | None = None) -> list[Period]:
     """The ``[start, end)`` spans ``text`` names: absolute ones in the order of the
     patterns, then (given ``ref``) the relative ones in the order written."""
@@ -333,11 +336,14 @@ def periods(text: str, ref: datetime | None = None) -> list[Period]:
                 continue
             taken.append((m.start(), m.end()))
             found.append((m.start(), m.end(), span))
+    days = [s for _, _, s in found if s[1] - s[0] == timedelta(days=1)]
+    if days:  # "last week, as mentioned on 6 November": seen from the day named
+        ref = days[0][0]
     if ref is not None and within(ref):
         today = ref.date()
         for m in _RELATIVE.finditer(text):
             a, b = m.start(2), m.end(2)
-            if not free(a, b):
+            if not free(a, b) or _PART_OF.match(text, b):
                 continue
             rel = _relative(m.group(2), today)
             if rel is None:

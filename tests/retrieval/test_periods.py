@@ -79,3 +79,12 @@ def test_the_week_before_a_date_is_the_seven_days_before_it_and_the_day_itself()
     assert periods("what did I do the week before May 8, 2023?") == [(d(2023, 5, 1), d(2023, 5, 9))]
     assert periods("the day after 2023-05-08") == [(d(2023, 5, 8), d(2023, 5, 10))]
     assert periods("the month before June 2023") == [(d(2023, 5, 1), d(2023, 7, 1))]
+
+
+def test_a_relative_phrase_is_read_from_the_day_the_question_names_and_not_inside_a_period():
+    ref = d(2024, 1, 1)
+    assert periods("the last week of October 2023", ref) == [(d(2023, 10), d(2023, 11))]
+    assert periods("what happened last week, as mentioned on November 6, 2023?", ref) == [
+        (d(2023, 11, 6), d(2023, 11, 7)),
+        (d(2023, 10, 30), d(2023, 11, 6)),
+    ]
