@@ -59,17 +59,19 @@ import redis.asyncio as aioredis
 
 from bench.common import Progress, table, write_result
 from bench.locomo import (
-    CATEGORIES,
     DEFAULT_PATH,
+    LOCOMO,
     Conversation,
+    Dataset,
     Question,
+    dataset,
     halves,
     indexed,
-    load,
     one_user,
     pick,
     stack,
     turn_events,
+    turn_of,
 )
 from shared.apikeys import create_key
 from shared.db import create_pool
@@ -88,7 +90,6 @@ SURFACES = (
     "memory.search",
     "episodes.search",
 )
-GROUPS = ("1", "2", "3", "4", "1-4", "5")
 NAMESPACE = uuid.UUID("6b1e2f3a-0c4d-4e5f-9a8b-7c6d5e4f3a2b")
 
 
@@ -144,7 +145,7 @@ async def publish_conversation(
     (turns and episode events travel on two streams, so nothing orders them but this)."""
     for s, events in sessions(conv).items():
         ep = episode_id(conv, s)
-        common = {"user_id": conv.user_id, "provider": "locomo", "chat_id": conv.sample_id}
+        common = {"user_id": conv.user_id, "provider": conv.dataset, "chat_id": conv.sample_id}
         await publisher.publish(
             "episodes",
             [EpisodeStarted(episode_id=ep, occurred_at=events[0].occurred_at, **common)],
@@ -225,8 +226,8 @@ async def load_pipeline(
 class Truth:
     """One user's turns and memories, to tell whether an answer holds an evidence turn."""
 
-    turn_id: dict[str, int]  # dia_id -> messages.id
-    turn_text: dict[str, str]  # dia_id -> normalised content
+    turn_id: dict[str, set[int]]  # dia_id -> messages.id (a split turn's: each piece's)
+    turn_text: dict[str, str]  # dia_id -> normalised content (a split turn's: its first)
     memory_turns: dict[str, set[str]]  # memory id -> the dia_ids it came from
 
     def memory_sources(self, memory_ids: list[str]) -> set[str]:
@@ -240,9 +241,12 @@ async def truth(pool: asyncpg.Pool, user_id: str, chat_id: str) -> Truth:
         user_id,
         chat_id,
     )
-    turn_id = {r["external_id"]: r["id"] for r in turns}
-    turn_text = {r["external_id"]: _norm(r["content"]) for r in turns}
-    by_id = {r["id"]: r["external_id"] for r in turns}
+    turn_id: dict[str, set[int]] = defaultdict(set)
+    turn_text: dict[str, str] = {}
+    for r in sorted(turns, key=lambda r: r["external_id"]):
+        turn_id[turn_of(r["external_id"])].add(r["id"])
+        turn_text.setdefault(turn_of(r["external_id"]), _norm(r["content"]))
+    by_id = {r["id"]: turn_of(r["external_id"]) for r in turns}
     memory_turns: dict[str, set[str]] = {}
     for m in await pool.fetch(
         "SELECT id, source_message_id, source_context, episode_id FROM memory_items "
@@ -272,11 +276,8 @@ def _share(covered: set[str], evidence: frozenset[str]) -> float:
 def context_covered(body: dict[str, Any], t: Truth, evidence: frozenset[str]) -> set[str]:
     text = _norm(body["text"])
     got = {d for d in evidence if d in t.turn_text and t.turn_text[d][:200] in text}
-    got |= {
-        d
-        for d, i in t.turn_id.items()
-        if d in evidence and any(m["id"] == i for m in body["sections"].get("messages", []))
-    }
+    shown = {m["id"] for m in body["sections"].get("messages", [])}
+    got |= {d for d, ids in t.turn_id.items() if d in evidence and ids & shown}
     return got | t.memory_sources([m["id"] for m in body["sections"].get("memories", [])])
 
 
@@ -352,7 +353,7 @@ async def ask_all(
 # -- summing up ---------------------------------------------------------------------
 
 
-def summarise(answers: list[Answer]) -> dict[str, Any]:
+def summarise(answers: list[Answer], ds: Dataset = LOCOMO) -> dict[str, Any]:
     """surface -> part (tune / check / all) -> group -> coverage, tokens, n."""
     out: dict[str, Any] = {}
     for surface in SURFACES:
@@ -362,8 +363,9 @@ def summarise(answers: list[Answer]) -> dict[str, Any]:
             groups: dict[str, list[Answer]] = defaultdict(list)
             for a in rows:
                 groups[str(a[1])].append(a)
-                if a[1] != 5:
-                    groups["1-4"].append(a)
+                for name, members in ds.groups.items():
+                    if a[1] in members:
+                        groups[name].append(a)
             out[surface][part] = {
                 g: {
                     "coverage": round(sum(a[3] for a in rs) / len(rs), 4),
@@ -375,33 +377,51 @@ def summarise(answers: list[Answer]) -> dict[str, Any]:
     return out
 
 
-def report(summary: dict[str, Any]) -> str:
-    def cell(surface: str, part: str, group: str) -> str:
-        v = summary[surface].get(part, {}).get(group)
-        return "" if v is None else f"{v['coverage']:.3f}"
+def _cell(summary: dict[str, Any], surface: str, part: str, group: str) -> str:
+    v = summary[surface].get(part, {}).get(group)
+    return "" if v is None else f"{v['coverage']:.3f}"
 
+
+def report(summary: dict[str, Any], ds: Dataset = LOCOMO) -> str:
+    """Each surface: the headline group on both halves and all, each category on all."""
+    head = ds.headline
+    cats = [str(c) for c in sorted(ds.categories)]
     rows: list[tuple[str, ...]] = []
     for surface in SURFACES:
-        tokens = summary[surface]["all"].get("1-4", {}).get("tokens", 0)
+        tokens = summary[surface]["all"].get(head, {}).get("tokens", 0)
         rows.append(
             (
                 surface,
-                cell(surface, "tune", "1-4"),
-                cell(surface, "check", "1-4"),
-                cell(surface, "all", "1-4"),
-                *(cell(surface, "all", g) for g in ("1", "2", "3", "4")),
-                cell(surface, "all", "5"),
+                _cell(summary, surface, "tune", head),
+                _cell(summary, surface, "check", head),
+                _cell(summary, surface, "all", head),
+                *(_cell(summary, surface, "all", g) for g in cats),
                 f"{tokens:.0f}",
             )
         )
-    header: tuple[str, ...] = ("surface", "1-4 tune", "1-4 check", "1-4 all")
-    header += tuple(f"{g} {CATEGORIES[int(g)][:9]}" for g in ("1", "2", "3", "4"))
-    header += ("5 advers.", "tokens")
+    header: tuple[str, ...] = ("surface", f"{head} tune", f"{head} check", f"{head} all")
+    header += tuple(f"{g} {ds.categories[int(g)][:9]}" for g in cats)
+    header += ("tokens",)
     return table(rows, header)
 
 
-async def run(path: Path, n: int | None, *, reuse: bool, one: bool = False) -> dict[str, Any]:
-    every = load(path)
+def report_halves(summary: dict[str, Any], ds: Dataset = LOCOMO) -> str:
+    """Each surface and category (and group of them): coverage on tune, check, all."""
+    rows: list[tuple[str, ...]] = []
+    for surface in SURFACES:
+        for g in [*ds.groups, *(str(c) for c in sorted(ds.categories))]:
+            if g not in summary[surface]["all"]:
+                continue
+            n = summary[surface]["all"][g]["n"]
+            cells = (_cell(summary, surface, p, g) for p in ("tune", "check", "all"))
+            rows.append((surface, ds.label(g), *cells, str(n)))
+    return table(rows, ("surface", "categories", "tune", "check", "all", "n"))
+
+
+async def run(
+    path: Path, n: int | None, *, reuse: bool, one: bool = False, ds: Dataset = LOCOMO
+) -> dict[str, Any]:
+    every = ds.load(path)
     half = halves(every)
     convs = pick(every, n, half)
     if one:
@@ -428,6 +448,7 @@ async def run(path: Path, n: int | None, *, reuse: bool, one: bool = False) -> d
         asked_s = time.perf_counter() - started
     return {
         "dataset": str(path),
+        "set": ds.name,
         "stack": where,
         "conversations": [c.sample_id for c in convs],
         "form": "one user" if one else "a user each",
@@ -436,14 +457,26 @@ async def run(path: Path, n: int | None, *, reuse: bool, one: bool = False) -> d
         "budgets": list(BUDGETS),
         "loading": {k: v for k, v in loading.items()},
         "asking_s": round(asked_s, 1),
-        "results": summarise(answers),
+        "results": summarise(answers, ds),
         "note": "2-core machine shared with other engineers' work while measured",
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("locomo", type=Path, nargs="?", default=DEFAULT_PATH)
+    p.add_argument(
+        "locomo",
+        type=Path,
+        nargs="?",
+        default=None,
+        help="locomo10.json, or with --dataset beam BEAM's tier directory (chats/100K)",
+    )
+    p.add_argument(
+        "--dataset",
+        choices=("locomo", "beam"),
+        default="locomo",
+        help="beam: BEAM chats 1-10 (bench/beam.py), 1-5 tune and 6-10 check",
+    )
     p.add_argument(
         "--conversations", type=int, default=None, help="only N (taken evenly from both halves)"
     )
@@ -454,14 +487,21 @@ def main(argv: list[str] | None = None) -> int:
         help="every conversation a chat of one heavy user (all ten: 5,882 turns, past the "
         "5,000 of a big user's search path); another conversation's turn is a miss",
     )
-    p.add_argument("--name", default="context_quality", help="bench/results/<name>.json")
+    p.add_argument("--name", default=None, help="bench/results/<name>.json")
     args = p.parse_args(argv)
-    if not args.locomo.exists():
-        p.error(f"{args.locomo} not found (LoCoMo's locomo10.json)")
-    result = asyncio.run(run(args.locomo, args.conversations, reuse=args.reuse, one=args.one_user))
+    ds = dataset(args.dataset)
+    if args.locomo is None and ds is not LOCOMO:
+        p.error("--dataset beam needs the path of BEAM's tier directory (chats/100K)")
+    path = args.locomo or DEFAULT_PATH
+    if not path.exists():
+        p.error(f"{path} not found")
+    name = args.name or ("context_quality" if ds is LOCOMO else f"context_quality-{ds.name}")
+    result = asyncio.run(run(path, args.conversations, reuse=args.reuse, one=args.one_user, ds=ds))
     print()
-    print(report(result["results"]))
-    print(f"\nwritten to {write_result(args.name, result)}")
+    print(report(result["results"], ds))
+    print("\nby category, tuning half (first five) and check half (last five):\n")
+    print(report_halves(result["results"], ds))
+    print(f"\nwritten to {write_result(name, result)}")
     return 0
 
 

@@ -96,19 +96,64 @@ class Conversation:
     turns: list[Turn] = field(default_factory=list)
     questions: list[Question] = field(default_factory=list)
     form: str = "plain"  # or "bursts" (see ``bursts``), or "one" (see ``one_user``)
+    dataset: str = "locomo"  # or "beam" (bench/beam.py)
 
     @property
     def user_id(self) -> str:
         if self.form == "one":
-            return ONE_USER
+            return ONE_USER if self.dataset == "locomo" else f"{self.dataset}-one"
         return (
-            f"locomo-{self.sample_id}"
+            f"{self.dataset}-{self.sample_id}"
             if self.form == "plain"
-            else f"locomo-{self.form}-{self.sample_id}"
+            else f"{self.dataset}-{self.form}-{self.sample_id}"
         )
 
 
 ONE_USER = "locomo-one"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A tuning set the benches read: its loader, its categories, and the groups of
+    categories reported beside them (``headline``: the one compared across changes)."""
+
+    name: str
+    categories: dict[int, str]
+    groups: dict[str, frozenset[int]]
+    headline: str
+
+    def load(self, path: Path) -> list[Conversation]:
+        if self.name == "beam":
+            from bench import beam
+
+            convs: list[Conversation] = beam.load(path)
+            return convs
+        return load(path)
+
+    def label(self, group: str) -> str:
+        if group in self.groups:
+            return group
+        return f"{group} {self.categories[int(group)]}"
+
+
+LOCOMO = Dataset(
+    "locomo", CATEGORIES, {"1-5": frozenset(range(1, 6)), "1-4": frozenset(range(1, 5))}, "1-4"
+)
+
+
+def beam_dataset() -> Dataset:
+    from bench import beam
+
+    answerable = frozenset(n for n, c in beam.CATEGORIES.items() if c != "abstention")
+    return Dataset("beam", beam.CATEGORIES, {"all": answerable}, "all")
+
+
+def dataset(name: str) -> Dataset:
+    if name == "beam":
+        return beam_dataset()
+    if name == "locomo":
+        return LOCOMO
+    raise ValueError(f"unknown dataset {name!r}: locomo or beam")
 
 
 def one_user(conv: Conversation) -> Conversation:
@@ -119,7 +164,12 @@ def one_user(conv: Conversation) -> Conversation:
     scale"). Each question is asked of that user; a turn of another conversation
     in the results counts as a miss, wherever its id matches."""
     return Conversation(
-        conv.sample_id, conv.speaker_a, turns=conv.turns, questions=conv.questions, form="one"
+        conv.sample_id,
+        conv.speaker_a,
+        turns=conv.turns,
+        questions=conv.questions,
+        form="one",
+        dataset=conv.dataset,
     )
 
 
@@ -140,7 +190,13 @@ def bursts(conv: Conversation) -> Conversation:
     found in the top k when any of its pieces is among the top k pieces returned
     (the k are pieces, not turns: the agent still gets k messages). The questions
     are unchanged; each piece is one second after the last, as the turns are."""
-    out = Conversation(conv.sample_id, conv.speaker_a, questions=conv.questions, form="bursts")
+    out = Conversation(
+        conv.sample_id,
+        conv.speaker_a,
+        questions=conv.questions,
+        form="bursts",
+        dataset=conv.dataset,
+    )
     session, step, start = "", 0, conv.turns[0].when if conv.turns else datetime.now(UTC)
     for t in conv.turns:
         text, caption = t.text, ""
@@ -211,7 +267,7 @@ def turn_events(conv: Conversation) -> list[TurnReceived]:
             occurred_at=t.when,
             user_id=conv.user_id,
             display_name=t.speaker,
-            provider="locomo",
+            provider=conv.dataset,
             chat_id=conv.sample_id,
             role="user" if t.speaker == conv.speaker_a else "assistant",
             content=t.text,
@@ -427,13 +483,13 @@ def pick(convs: list[Conversation], n: int | None, half: dict[str, str]) -> list
     return tune[: (n + 1) // 2] + check[: n // 2]
 
 
-def _groups(rows: list[Row]) -> dict[str, Any]:
+def _groups(rows: list[Row], ds: Dataset = LOCOMO) -> dict[str, Any]:
     groups: dict[str, list[dict[str, float]]] = defaultdict(list)
     for _, cat, s, _ in rows:
         groups[f"{cat}"].append(s)
-        groups["1-5"].append(s)
-        if cat != 5:
-            groups["1-4"].append(s)
+        for name, members in ds.groups.items():
+            if cat in members:
+                groups[name].append(s)
     out: dict[str, Any] = {}
     for name, scores in sorted(groups.items()):
         out[name] = {m: round(sum(s[m] for s in scores) / len(scores), 4) for m in scores[0]}
@@ -441,11 +497,11 @@ def _groups(rows: list[Row]) -> dict[str, Any]:
     return out
 
 
-def summarise(rows: list[Row]) -> dict[str, Any]:
+def summarise(rows: list[Row], ds: Dataset = LOCOMO) -> dict[str, Any]:
     """Scores by category group over all questions, and the same for each half."""
-    out = _groups(rows)
+    out = _groups(rows, ds)
     out["halves"] = {
-        h: _groups([r for r in rows if r[0] == h])
+        h: _groups([r for r in rows if r[0] == h], ds)
         for h in ("tune", "check")
         if any(r[0] == h for r in rows)
     }
@@ -457,30 +513,39 @@ def summarise(rows: list[Row]) -> dict[str, Any]:
     return out
 
 
-def report(results: dict[str, dict[str, Any]]) -> str:
+def _order(ds: Dataset) -> list[str]:
+    return [*ds.groups, *(str(c) for c in sorted(ds.categories))]
+
+
+def report(results: dict[str, dict[str, Any]], ds: Dataset = LOCOMO) -> str:
     metrics = [f"r@{k}" for k in KS] + ["hit@10", "ndcg@10"]
     rows: list[tuple[str, ...]] = []
-    for name, ref in REFERENCES:
-        rows.append((name, "1-5", *(f"{ref[m]:.3f}" if m in ref else "" for m in metrics)))
+    if ds is LOCOMO:
+        for name, ref in REFERENCES:
+            rows.append((name, "1-5", *(f"{ref[m]:.3f}" if m in ref else "" for m in metrics)))
     for mode, res in results.items():
-        for group in ("1-5", "1-4", "1", "2", "3", "4", "5"):
+        for group in _order(ds):
             if group not in res:
                 continue
-            label = group if len(group) > 1 else f"{group} {CATEGORIES[int(group)]}"
-            rows.append((f"engram {mode}", label, *(f"{res[group][m]:.3f}" for m in metrics)))
+            rows.append(
+                (f"engram {mode}", ds.label(group), *(f"{res[group][m]:.3f}" for m in metrics))
+            )
     return table(rows, ("retriever", "categories", *metrics))
 
 
-def report_halves(results: dict[str, dict[str, Any]]) -> str:
-    """R@10 and nDCG@10 of every mode on the tuning half, the check half and all."""
+def report_halves(results: dict[str, dict[str, Any]], ds: Dataset = LOCOMO) -> str:
+    """R@10 and nDCG@10 of every mode on the tuning half, the check half and all,
+    for the groups of categories and each category."""
     rows: list[tuple[str, ...]] = []
     for mode, res in results.items():
-        for group in ("1-4", "1-5"):
+        for group in _order(ds):
+            if group not in res:
+                continue
             cells = []
             for metric in ("r@10", "ndcg@10"):
                 for part in (res["halves"].get("tune", {}), res["halves"].get("check", {}), res):
                     cells.append(f"{part[group][metric]:.3f}" if group in part else "")
-            rows.append((f"engram {mode}", group, *cells))
+            rows.append((f"engram {mode}", ds.label(group), *cells))
     header: tuple[str, ...] = ("retriever", "categories")
     header += ("r@10 tune", "r@10 check", "r@10 all", "ndcg tune", "ndcg check", "ndcg all")
     return table(rows, header)
@@ -504,11 +569,12 @@ async def run(
     reuse: bool,
     conversations: int | None = None,
     forms: tuple[str, ...] = ("plain",),
+    ds: Dataset = LOCOMO,
 ) -> dict[str, Any]:
     """Load and ask each form (``plain``: LoCoMo's turns; ``bursts``: each turn split
     into a burst of its sentences) as users of their own, in one stack; ``one``:
     every conversation a chat of one user."""
-    every = load(path)
+    every = ds.load(path)
     half = halves(every)
     plain = pick(every, conversations, half)
     by_form = {
@@ -527,14 +593,14 @@ async def run(
             try:
                 loading = await load_turns(pool, settings, convs, reuse=reuse)
                 if form == "one":
-                    await indexed(pool, ONE_USER)
+                    await indexed(pool, convs[0].user_id)
                 keys = {}
                 for c in convs:
                     if c.user_id not in keys:
                         _, keys[c.user_id] = await create_key(pool, user_id=c.user_id)
             finally:
                 await pool.close()
-            results = {m: summarise(await ask_all(base, keys, convs, m, half)) for m in modes}
+            results = {m: summarise(await ask_all(base, keys, convs, m, half), ds) for m in modes}
             out[form] = {
                 "turns": sum(len(c.turns) for c in convs),
                 "loading": loading,
@@ -543,6 +609,7 @@ async def run(
     first = out[forms[0]]
     return {
         "dataset": str(path),
+        "set": ds.name,
         "stack": where,
         "form": forms[0],
         "conversations": len(plain),
@@ -558,7 +625,19 @@ async def run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("locomo", type=Path, nargs="?", default=DEFAULT_PATH)
+    parser.add_argument(
+        "locomo",
+        type=Path,
+        nargs="?",
+        default=None,
+        help="locomo10.json, or with --dataset beam BEAM's tier directory (chats/100K)",
+    )
+    parser.add_argument(
+        "--dataset",
+        choices=("locomo", "beam"),
+        default="locomo",
+        help="beam: BEAM chats 1-10 (bench/beam.py), 1-5 tune and 6-10 check",
+    )
     parser.add_argument(
         "--modes",
         default="fts,bm25,semantic,hybrid,rrf,fused",
@@ -583,24 +662,29 @@ def main() -> None:
     forms = ("bursts",) if args.bursts else tuple(args.forms.split(","))
     if not forms or any(f not in ("plain", "bursts", "one") for f in forms):
         parser.error("--forms takes plain, bursts and/or one")
-    name = args.name or "locomo" + "".join(f"-{f}" for f in forms if f != "plain")
-    if not args.locomo.exists():
-        parser.error(f"{args.locomo} not found (LoCoMo's locomo10.json)")
+    ds = dataset(args.dataset)
+    name = args.name or ds.name + "".join(f"-{f}" for f in forms if f != "plain")
+    if args.locomo is None and ds is not LOCOMO:
+        parser.error("--dataset beam needs the path of BEAM's tier directory (chats/100K)")
+    path = args.locomo or DEFAULT_PATH
+    if not path.exists():
+        parser.error(f"{path} not found")
     result = asyncio.run(
         run(
-            args.locomo,
+            path,
             args.modes.split(","),
             reuse=args.reuse,
             conversations=args.conversations,
             forms=forms,
+            ds=ds,
         )
     )
     for form in forms:
         part = result["forms"][form]
         print(f"\n{form} form ({part['turns']:,} turns):\n")
-        print(report(part["results"]))
+        print(report(part["results"], ds))
         print("\ntuning half (first five sample_ids) and check half (the last five):\n")
-        print(report_halves(part["results"]))
+        print(report_halves(part["results"], ds))
         if not part["loading"].get("reused"):
             lo = part["loading"]
             print(
