@@ -385,7 +385,7 @@ def _cell(summary: dict[str, Any], surface: str, part: str, group: str) -> str:
 def report(summary: dict[str, Any], ds: Dataset = LOCOMO) -> str:
     """Each surface: the headline group on both halves and all, each category on all."""
     head = ds.headline
-    cats = [str(c) for c in sorted(ds.categories)]
+    cats = [str(c) for c in sorted(ds.categories) if str(c) in summary[SURFACES[0]]["all"]]
     rows: list[tuple[str, ...]] = []
     for surface in SURFACES:
         tokens = summary[surface]["all"].get(head, {}).get("tokens", 0)
