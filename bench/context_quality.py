@@ -64,6 +64,7 @@ from bench.locomo import (
     Conversation,
     Dataset,
     Question,
+    add_dataset_arguments,
     dataset,
     halves,
     indexed,
@@ -464,19 +465,7 @@ async def run(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument(
-        "locomo",
-        type=Path,
-        nargs="?",
-        default=None,
-        help="locomo10.json, or with --dataset beam BEAM's tier directory (chats/100K)",
-    )
-    p.add_argument(
-        "--dataset",
-        choices=("locomo", "beam"),
-        default="locomo",
-        help="beam: BEAM chats 1-10 (bench/beam.py), 1-5 tune and 6-10 check",
-    )
+    add_dataset_arguments(p)
     p.add_argument(
         "--conversations", type=int, default=None, help="only N (taken evenly from both halves)"
     )
