@@ -112,6 +112,14 @@ def messages(chat: list[dict[str, Any]]) -> list[tuple[datetime, list[Message]]]
     return out
 
 
+def unmarked(text: str) -> str:
+    """``text`` without the generator's ``->-> 1,1`` at its end (looked for in the last
+    40 characters only: a regular expression run over a whole message of 300,000
+    spaces backtracks for minutes)."""
+    m = _MARKER.search(text, max(0, len(text) - 40))
+    return text[: m.start()] if m else text
+
+
 def pieces(text: str, limit: int = MAX_TURN_CHARS) -> list[str]:
     """``text`` cut into consecutive parts of at most ``limit`` characters, each
     cut at the last whitespace before the limit when there is one (the parts

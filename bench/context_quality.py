@@ -64,6 +64,7 @@ from bench.locomo import (
     Conversation,
     Dataset,
     Question,
+    add_dataset_arguments,
     dataset,
     halves,
     indexed,
@@ -385,7 +386,7 @@ def _cell(summary: dict[str, Any], surface: str, part: str, group: str) -> str:
 def report(summary: dict[str, Any], ds: Dataset = LOCOMO) -> str:
     """Each surface: the headline group on both halves and all, each category on all."""
     head = ds.headline
-    cats = [str(c) for c in sorted(ds.categories)]
+    cats = [str(c) for c in sorted(ds.categories) if str(c) in summary[SURFACES[0]]["all"]]
     rows: list[tuple[str, ...]] = []
     for surface in SURFACES:
         tokens = summary[surface]["all"].get(head, {}).get("tokens", 0)
@@ -464,19 +465,7 @@ async def run(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument(
-        "locomo",
-        type=Path,
-        nargs="?",
-        default=None,
-        help="locomo10.json, or with --dataset beam BEAM's tier directory (chats/100K)",
-    )
-    p.add_argument(
-        "--dataset",
-        choices=("locomo", "beam"),
-        default="locomo",
-        help="beam: BEAM chats 1-10 (bench/beam.py), 1-5 tune and 6-10 check",
-    )
+    add_dataset_arguments(p)
     p.add_argument(
         "--conversations", type=int, default=None, help="only N (taken evenly from both halves)"
     )

@@ -623,8 +623,8 @@ async def run(
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
+    """The data a bench reads: LoCoMo's file, or with ``--dataset beam`` BEAM's tier."""
     parser.add_argument(
         "locomo",
         type=Path,
@@ -638,6 +638,11 @@ def main() -> None:
         default="locomo",
         help="beam: BEAM chats 1-10 (bench/beam.py), 1-5 tune and 6-10 check",
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_dataset_arguments(parser)
     parser.add_argument(
         "--modes",
         default="fts,bm25,semantic,hybrid,rrf,fused",

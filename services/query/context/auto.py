@@ -46,6 +46,10 @@ MIN_MESSAGES, MAX_MESSAGES, TOKENS_PER_MESSAGE = 10, 30, 60
 MAX_MEMORIES = 10
 MIN_MESSAGE_SIMILARITY = CONTEXT_TURNS.min_similarity
 LINE_CHARS = 600
+# a past turn's line is cut at this share of the budget in characters (between
+# MIN_LINE_CHARS and LINE_CHARS): at 1,000 tokens 300 characters, so a small budget
+# holds more of the hits than the first few long turns (docs/context.md)
+LINE_SHARE, MIN_LINE_CHARS = 0.3, 200
 PEOPLE_SHARE = 5  # known people take at most 1 / PEOPLE_SHARE of the budget
 # a hit with fewer words than this brings the turns before and after it
 SHORT_WORDS = 8
@@ -85,9 +89,14 @@ class Turn:
     neighbour_of: int | None = None
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: str, limit: int = LINE_CHARS) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= LINE_CHARS else text[: LINE_CHARS - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def line_chars(budget: int) -> int:
+    """How long a past turn's line may be under ``budget`` tokens."""
+    return max(MIN_LINE_CHARS, min(LINE_CHARS, int(budget * LINE_SHARE)))
 
 
 def people_block(people: list[Person]) -> Block:
@@ -144,13 +153,13 @@ def in_time_order(
     return [turns[i] for i in by_time], renumbered
 
 
-def message_line(turn: Turn, note: str = "") -> str:
+def message_line(turn: Turn, note: str = "", limit: int = LINE_CHARS) -> str:
     """``- [Past message, user, 2023-05-08] Caroline: ...``; a turn next to a hit is
     indented under it; ``note`` says when a later turn replaced what it says."""
     when = turn.occurred_at.date().isoformat()
     who = f"{turn.display_name}: " if turn.display_name else ""
     indent = "  " if turn.neighbour_of is not None else ""
-    text = f"{indent}- [Past message, {turn.role}, {when}] {who}{_one_line(turn.content)}"
+    text = f"{indent}- [Past message, {turn.role}, {when}] {who}{_one_line(turn.content, limit)}"
     return f"{text} {note}" if note else text
 
 
@@ -335,7 +344,9 @@ async def assemble_auto(
         Block(
             name="messages",
             header=header,
-            lines=[message_line(t, notes.get(t.id, "")) for t in turns],
+            lines=[
+                message_line(t, notes.get(t.id, ""), line_chars(query.token_budget)) for t in turns
+            ],
         ),
     ]
     fitted = fit_by_priority(

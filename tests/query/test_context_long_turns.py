@@ -1,0 +1,41 @@
+"""``/v1/context`` (auto) over long turns, on real PostgreSQL: a small budget holds
+more of the hits, each cut shorter, instead of the first few long turns whole
+(``auto.line_chars``, docs/context.md)."""
+
+from __future__ import annotations
+
+from services.query.recall import QueryVector
+
+from services.query.context.auto import LINE_CHARS, MIN_LINE_CHARS, assemble_auto, line_chars
+from services.query.context.command import ContextQuery
+from tests.query.helpers import unit
+from tests.retrieval.helpers import T, add_turns
+
+Q = unit(1)
+TOPICS = ["budget", "deploy", "schema", "login", "charts", "tests", "cache", "backup", "alerts"]
+
+
+def _long(topic: str) -> str:
+    """A user's turn of ~1,200 characters about ``topic`` (its first words name it)."""
+    return f"About the {topic} work: " + f"the {topic} step needs care and review. " * 30
+
+
+async def test_a_small_budget_holds_more_long_hits_each_cut_shorter(pool, user_id):
+    turns = [T(_long(t), unit(10 + i, near=Q, noise=0.3 + 0.02 * i)) for i, t in enumerate(TOPICS)]
+    await add_turns(pool, user_id, turns)
+    qv = QueryVector(Q, "ctx-model", None)
+    shown = {}
+    for budget in (500, 1000, 2000):
+        out = await assemble_auto(
+            pool, user_id, ContextQuery(message="how is the project going", token_budget=budget), qv
+        )
+        assert out.tokens <= budget
+        lines = [ln for ln in out.text.splitlines() if ln.startswith("- [Past message")]
+        # every line is cut at the budget's length (its date, role and speaker aside)
+        assert all(len(ln.split("] Ann: ", 1)[1]) <= line_chars(budget) for ln in lines)
+        assert all(f"About the {t} work" in out.text for t in TOPICS[: len(lines)])
+        shown[budget] = len(lines)
+    assert line_chars(500) == MIN_LINE_CHARS and line_chars(2000) == LINE_CHARS
+    # 600-character lines fitted 5 of these in 1,000 tokens; 300-character ones fit all
+    assert shown[1000] == len(TOPICS)
+    assert shown[500] >= 5
