@@ -1006,6 +1006,109 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/me/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The caller's whole memory as a portable archive (zip of JSON lines, no vectors) */
+        get: operations["export_v1_me_export_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/me/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Import an archive (engram's, or mem0's export as JSON) as the caller; re-embedded in the background */
+        post: operations["import__v1_me_import_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The caller's webhook subscriptions */
+        get: operations["listing_v1_webhooks_get"];
+        put?: never;
+        /** Subscribe a URL to memory events */
+        post: operations["create_v1_webhooks_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{sub_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Delete a subscription */
+        delete: operations["delete_v1_webhooks__sub_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{sub_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A subscription's recent deliveries (status=dead: the dead list) */
+        get: operations["deliveries_v1_webhooks__sub_id__deliveries_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{sub_id}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Send the subscription's dead deliveries again */
+        post: operations["replay_v1_webhooks__sub_id__replay_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1065,6 +1168,12 @@ export interface components {
             embedding: string;
             /** Created At */
             created_at: string;
+            /**
+             * Confirmed
+             * @description it said what a live memory says: the id is that memory's, now confirmed
+             * @default false
+             */
+            confirmed?: boolean;
         };
         /** AdminSearchHit */
         AdminSearchHit: {
@@ -1246,7 +1355,7 @@ export interface components {
              */
             message?: string;
             /** @description the chat the message is in */
-            chat?: components["schemas"]["services__query__people_api__ChatIn"] | null;
+            chat?: components["schemas"]["services__query__people__calls__ChatIn"] | null;
             /**
              * Policy
              * @description auto (Ash: relevant messages, memories, known people), tools (Nova: tool instructions and theme hints, no memory content), summary (Navi: the narrative summary), sections (Jarvus: facts, recent episodes, procedures)
@@ -1264,6 +1373,11 @@ export interface components {
              * @description tools policy: theme hints are refreshed once per agent run (once per day without one)
              */
             agent_run_id?: string | null;
+            /**
+             * As Of
+             * @description auto policy: read as of this time: memories valid then (superseded or expired since, or not), turns up to it, relative dates in the question seen from it; omitted = now
+             */
+            as_of?: string | null;
         };
         /** ContextOut */
         ContextOut: {
@@ -1328,6 +1442,37 @@ export interface components {
             /** Deleted */
             deleted: number;
         };
+        /** CreatedOut */
+        CreatedOut: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /**
+             * User Id
+             * @description whose events; null: every user's (admin)
+             */
+            user_id: string | null;
+            /** Url */
+            url: string;
+            /** Events */
+            events: string[];
+            /** Description */
+            description: string | null;
+            /** Active */
+            active: boolean;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Secret
+             * @description signs every delivery (docs/webhooks.md); shown only once
+             */
+            secret: string;
+        };
         /** DecisionIn */
         DecisionIn: {
             /**
@@ -1372,12 +1517,43 @@ export interface components {
             /** Warnings */
             warnings: string[];
         };
-        /** DeletedOut */
-        DeletedOut: {
-            /** Id */
-            id: string;
-            /** Deleted */
-            deleted: boolean;
+        /** DeliveriesOut */
+        DeliveriesOut: {
+            /** Deliveries */
+            deliveries: components["schemas"]["DeliveryOut"][];
+        };
+        /** DeliveryOut */
+        DeliveryOut: {
+            /**
+             * Event Id
+             * Format: uuid
+             */
+            event_id: string;
+            /** Type */
+            type: string;
+            /** Status */
+            status: string;
+            /** Attempts */
+            attempts: number;
+            /**
+             * Next Attempt At
+             * Format: date-time
+             */
+            next_attempt_at: string;
+            /** Last Status */
+            last_status: number | null;
+            /**
+             * Last Error
+             * @description the failure's kind and status, never a body
+             */
+            last_error: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Delivered At */
+            delivered_at: string | null;
         };
         /** EpisodeHitOut */
         EpisodeHitOut: {
@@ -1439,7 +1615,7 @@ export interface components {
             /** Summary */
             summary?: unknown;
             /** Turns */
-            turns: components["schemas"]["services__query__responses__TurnOut"][];
+            turns: components["schemas"]["services__query__api__responses__TurnOut"][];
         } & {
             [key: string]: unknown;
         };
@@ -1577,7 +1753,7 @@ export interface components {
         FactSearchIn: {
             /**
              * Query
-             * @description what to look for
+             * @description what to look for; '*' or empty = newest first
              */
             query: string;
             /**
@@ -1686,6 +1862,28 @@ export interface components {
             redis: string;
         } & {
             [key: string]: unknown;
+        };
+        /** ImportOut */
+        ImportOut: {
+            /** User Id */
+            user_id: string;
+            /** Archive User Id */
+            archive_user_id: string;
+            /** Inserted */
+            inserted: number;
+            /** Tables */
+            tables: {
+                [key: string]: components["schemas"]["TableImported"];
+            };
+            /**
+             * Dropped Columns
+             * @description columns of the archive this schema does not have, left out, per table
+             */
+            dropped_columns: {
+                [key: string]: string[];
+            };
+            /** @description the re-embedding with this deployment's model (null: embeddings are off for the user); follow it with GET /v1/embeddings/rebuild */
+            embedding: components["schemas"]["RebuildStatus"] | null;
         };
         /** ItemDeletedOut */
         ItemDeletedOut: {
@@ -1840,7 +2038,7 @@ export interface components {
         MessageSearchIn: {
             /**
              * Query
-             * @description what to find
+             * @description what to find; '*' or empty = newest first
              */
             query: string;
             /**
@@ -1876,6 +2074,11 @@ export interface components {
              * @description only turns before this time
              */
             until?: string | null;
+            /**
+             * As Of
+             * @description read as of this time: memories valid then (superseded or expired since, or not), turns up to it, relative dates in the question seen from it; omitted = now
+             */
+            as_of?: string | null;
         };
         /** MessageSearchOut */
         MessageSearchOut: {
@@ -1987,7 +2190,8 @@ export interface components {
         };
         /**
          * ProviderSettingsIn
-         * @description What a user may set. ``api_key``: omitted keeps the stored one, ``""`` removes it.
+         * @description What a user may set. ``api_key``: omitted keeps the stored one while the
+         *     endpoint stays the same (a new endpoint_url drops it), ``""`` removes it.
          */
         ProviderSettingsIn: {
             /**
@@ -2197,7 +2401,7 @@ export interface components {
              * Facts
              * @description Batch multiple facts in one call (preferred)
              */
-            facts?: components["schemas"]["services__query__people_api__FactIn"][] | null;
+            facts?: components["schemas"]["services__query__people__calls__FactIn"][] | null;
             /**
              * Subjects
              * @description Who this fact is about (e.g., ['Sarah'], ['my wife', 'John'])
@@ -2225,7 +2429,7 @@ export interface components {
              */
             theme?: string;
             /** @description the chat this call happens in */
-            chat?: components["schemas"]["services__query__people_api__ChatIn"] | null;
+            chat?: components["schemas"]["services__query__people__calls__ChatIn"] | null;
         };
         /** RememberedItemOut */
         RememberedItemOut: {
@@ -2243,6 +2447,12 @@ export interface components {
             embedding_state: string;
             /** Superseded */
             superseded: string[];
+            /**
+             * Confirmed
+             * @description it said what a live memory says: the id is that memory's, now confirmed
+             * @default false
+             */
+            confirmed?: boolean;
         } & {
             [key: string]: unknown;
         };
@@ -2252,6 +2462,14 @@ export interface components {
             memories: components["schemas"]["RememberedItemOut"][];
             /** Warning */
             warning: string | null;
+        };
+        /** ReplayedOut */
+        ReplayedOut: {
+            /**
+             * Replayed
+             * @description dead deliveries due again
+             */
+            replayed: number;
         };
         /** ResolvedPersonOut */
         ResolvedPersonOut: {
@@ -2542,6 +2760,52 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** SubscriptionIn */
+        SubscriptionIn: {
+            /**
+             * Url
+             * @description https://... to POST to
+             */
+            url: string;
+            /**
+             * Events
+             * @description event types; empty: every type
+             */
+            events?: ("memory.learned" | "fact.learned" | "memory.updated" | "memory.superseded" | "memory.merged" | "memory.archived" | "memory.deleted" | "episode.summarised" | "rebuild.finished" | "user.erased")[];
+            /** Description */
+            description?: string | null;
+        };
+        /** SubscriptionOut */
+        SubscriptionOut: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /**
+             * User Id
+             * @description whose events; null: every user's (admin)
+             */
+            user_id: string | null;
+            /** Url */
+            url: string;
+            /** Events */
+            events: string[];
+            /** Description */
+            description: string | null;
+            /** Active */
+            active: boolean;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+        };
+        /** SubscriptionsOut */
+        SubscriptionsOut: {
+            /** Subscriptions */
+            subscriptions: components["schemas"]["SubscriptionOut"][];
+        };
         /** SummaryIn */
         SummaryIn: {
             /** Summary */
@@ -2555,6 +2819,21 @@ export interface components {
             fact_count: number;
             /** Updated At */
             updated_at: string | null;
+        };
+        /** TableImported */
+        TableImported: {
+            /**
+             * Rows
+             * @description rows of this table in the archive
+             */
+            rows: number;
+            /** Inserted */
+            inserted: number;
+            /**
+             * Skipped
+             * @description already here (a second import) or a value the user has
+             */
+            skipped: number;
         };
         /** ThemeOut */
         ThemeOut: {
@@ -2615,16 +2894,19 @@ export interface components {
              */
             content: string;
         };
-        /** ToolSchemasOut */
+        /**
+         * ToolSchemasOut
+         * @description The formats asked for (``format``); the others are left out, never null.
+         */
         ToolSchemasOut: {
             /** Openai */
             openai?: {
                 [key: string]: unknown;
-            }[] | null;
+            }[];
             /** Anthropic */
             anthropic?: {
                 [key: string]: unknown;
-            }[] | null;
+            }[];
         };
         /** TurnIn */
         TurnIn: {
@@ -2659,7 +2941,7 @@ export interface components {
         /** TurnsOut */
         TurnsOut: {
             /** Turns */
-            turns: components["schemas"]["services__query__routes__chat_turns__TurnOut"][];
+            turns: components["schemas"]["services__query__api__routes__chat_turns__TurnOut"][];
         };
         /** WorkflowIn */
         WorkflowIn: {
@@ -2736,75 +3018,15 @@ export interface components {
              */
             replace?: boolean;
         };
-        /** RecallIn */
-        services__query__episode_recall__RecallIn: {
-            /**
-             * Query
-             * @description what to find in the episodes' summaries and turns; '*' = newest
-             */
-            query: string;
-            /**
-             * Limit
-             * @description results, 1-50
-             * @default 10
-             */
-            limit?: number;
-        };
-        /** ChatIn */
-        services__query__people_api__ChatIn: {
-            /** Provider */
-            provider: string;
-            /** Chat Id */
-            chat_id: string;
-        };
-        /** FactIn */
-        services__query__people_api__FactIn: {
-            /** Content */
-            content: string;
-            /**
-             * Subjects
-             * @description who this fact is about; default: the call's 'subjects'
-             */
-            subjects?: string[] | null;
-            /** Expires In Days */
-            expires_in_days?: number | null;
-            /**
-             * Shared
-             * @description visible to this chat's members
-             */
-            shared?: boolean | null;
-            /** Type */
-            type?: string | null;
-            /** Theme */
-            theme?: string | null;
-        };
-        /** RecallIn */
-        services__query__people_api__RecallIn: {
-            /**
-             * Query
-             * @description What to search for
-             */
-            query: string;
-            /**
-             * About
-             * @description Filter to person (e.g., 'my wife', 'Sarah')
-             */
-            about?: string | null;
-            chat?: components["schemas"]["services__query__people_api__ChatIn"] | null;
-            /**
-             * Limit
-             * @default 5
-             */
-            limit?: number;
-            /**
-             * Include Superseded
-             * @description also return memories a newer one replaced (history)
-             * @default false
-             */
-            include_superseded?: boolean;
+        /** DeletedOut */
+        services__query__api__responses__DeletedOut: {
+            /** Id */
+            id: string;
+            /** Deleted */
+            deleted: boolean;
         };
         /** StoredOut */
-        services__query__responses__StoredOut: {
+        services__query__api__responses__StoredOut: {
             /** Memory Id */
             memory_id: string;
             /** Procedure Id */
@@ -2815,7 +3037,7 @@ export interface components {
             [key: string]: unknown;
         };
         /** TurnOut */
-        services__query__responses__TurnOut: {
+        services__query__api__responses__TurnOut: {
             /** Id */
             id: number;
             /** Role */
@@ -2833,12 +3055,12 @@ export interface components {
             [key: string]: unknown;
         };
         /** ChatIn */
-        services__query__routes__chat_turns__ChatIn: {
+        services__query__api__routes__chat_turns__ChatIn: {
             /** Chat Id */
             chat_id: string;
         };
         /** TurnOut */
-        services__query__routes__chat_turns__TurnOut: {
+        services__query__api__routes__chat_turns__TurnOut: {
             /** Id */
             id: number;
             /** Role */
@@ -2859,12 +3081,31 @@ export interface components {
             episode_id: string;
         };
         /** StoredOut */
-        services__query__routes__graph_checkpoints__StoredOut: {
+        services__query__api__routes__graph_checkpoints__StoredOut: {
             /** Stored */
             stored: number;
         };
+        /** DeletedOut */
+        services__query__api__routes__webhooks__DeletedOut: {
+            /** Deleted */
+            deleted: boolean;
+        };
+        /** RecallIn */
+        services__query__episodes__recall__RecallIn: {
+            /**
+             * Query
+             * @description what to find in the episodes' summaries and turns; '*' = newest
+             */
+            query: string;
+            /**
+             * Limit
+             * @description results, 1-50
+             * @default 10
+             */
+            limit?: number;
+        };
         /** FactIn */
-        services__query__schemas__FactIn: {
+        services__query__memory__requests__FactIn: {
             /**
              * Category
              * @description e.g. location, work
@@ -2888,7 +3129,7 @@ export interface components {
             source?: "conversation" | "tool_call" | "auto_discovery" | "user_explicit";
             /**
              * Confidence
-             * @description confidence 0-100; omitted, it follows the source: tool_call 95, auto_discovery 95, user_explicit 90, otherwise 70
+             * @description confidence 0-1; omitted, it follows the source: tool_call 0.95, auto_discovery 0.95, user_explicit 0.9, otherwise 0.7
              */
             confidence?: number | null;
             /**
@@ -2901,6 +3142,64 @@ export interface components {
              * @description where it was learned
              */
             source_context?: string | null;
+        };
+        /** ChatIn */
+        services__query__people__calls__ChatIn: {
+            /** Provider */
+            provider: string;
+            /** Chat Id */
+            chat_id: string;
+        };
+        /** FactIn */
+        services__query__people__calls__FactIn: {
+            /** Content */
+            content: string;
+            /**
+             * Subjects
+             * @description who this fact is about; default: the call's 'subjects'
+             */
+            subjects?: string[] | null;
+            /** Expires In Days */
+            expires_in_days?: number | null;
+            /**
+             * Shared
+             * @description visible to this chat's members
+             */
+            shared?: boolean | null;
+            /** Type */
+            type?: string | null;
+            /** Theme */
+            theme?: string | null;
+        };
+        /** RecallIn */
+        services__query__people__calls__RecallIn: {
+            /**
+             * Query
+             * @description What to search for
+             */
+            query: string;
+            /**
+             * About
+             * @description Filter to person (e.g., 'my wife', 'Sarah')
+             */
+            about?: string | null;
+            chat?: components["schemas"]["services__query__people__calls__ChatIn"] | null;
+            /**
+             * Limit
+             * @default 5
+             */
+            limit?: number;
+            /**
+             * Include Superseded
+             * @description also return memories a newer one replaced (history)
+             * @default false
+             */
+            include_superseded?: boolean;
+            /**
+             * As Of
+             * @description read as of this time: memories valid then (superseded or expired since, or not), turns up to it, relative dates in the question seen from it; omitted = now
+             */
+            as_of?: string | null;
         };
     };
     responses: never;
@@ -3097,7 +3396,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3185,7 +3484,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3271,7 +3570,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3318,7 +3617,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["DeletedOut"];
+                    "application/json": components["schemas"]["services__query__api__responses__DeletedOut"];
                 };
             };
             /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
@@ -3348,7 +3647,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3425,7 +3724,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3491,7 +3790,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3561,7 +3860,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3642,7 +3941,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3681,7 +3980,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["services__query__schemas__FactIn"];
+                "application/json": components["schemas"]["services__query__memory__requests__FactIn"];
             };
         };
         responses: {
@@ -3721,7 +4020,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3809,7 +4108,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3906,7 +4205,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -3981,7 +4280,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -4051,7 +4350,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -4109,7 +4408,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["services__query__responses__StoredOut"];
+                    "application/json": components["schemas"]["services__query__api__responses__StoredOut"];
                 };
             };
             /** @description The request cannot be served as asked (detail says why) */
@@ -4139,7 +4438,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -4197,7 +4496,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["services__query__responses__StoredOut"];
+                    "application/json": components["schemas"]["services__query__api__responses__StoredOut"];
                 };
             };
             /** @description The request cannot be served as asked (detail says why) */
@@ -4227,7 +4526,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -4285,7 +4584,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["services__query__responses__StoredOut"];
+                    "application/json": components["schemas"]["services__query__api__responses__StoredOut"];
                 };
             };
             /** @description The request cannot be served as asked (detail says why) */
@@ -4315,7 +4614,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -4373,7 +4672,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["services__query__responses__StoredOut"];
+                    "application/json": components["schemas"]["services__query__api__responses__StoredOut"];
                 };
             };
             /** @description The request cannot be served as asked (detail says why) */
@@ -4412,7 +4711,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -4493,7 +4792,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -4565,7 +4864,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -4637,7 +4936,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -4703,7 +5002,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -4741,7 +5040,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["DeletedOut"];
+                    "application/json": components["schemas"]["services__query__api__responses__DeletedOut"];
                 };
             };
             /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
@@ -4771,7 +5070,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -4850,7 +5149,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -4940,7 +5239,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -5026,7 +5325,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -5103,7 +5402,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -5181,7 +5480,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -5272,7 +5571,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -5333,7 +5632,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["services__query__routes__graph_checkpoints__StoredOut"];
+                    "application/json": components["schemas"]["services__query__api__routes__graph_checkpoints__StoredOut"];
                 };
             };
             /** @description The request cannot be served as asked (detail says why) */
@@ -5372,7 +5671,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -5471,7 +5770,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -5559,7 +5858,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -5647,7 +5946,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -5735,7 +6034,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -5823,7 +6122,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -5911,7 +6210,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -5999,7 +6298,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -6087,7 +6386,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -6175,7 +6474,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -6263,7 +6562,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -6351,7 +6650,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -6399,7 +6698,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["services__query__routes__chat_turns__ChatIn"];
+                "application/json": components["schemas"]["services__query__api__routes__chat_turns__ChatIn"];
             };
         };
         responses: {
@@ -6439,7 +6738,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -6498,9 +6797,37 @@ export interface operations {
                     "application/json": components["schemas"]["ToolSchemasOut"];
                 };
             };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a field is missing or invalid; each error names its field, not its value */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6558,7 +6885,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -6911,7 +7238,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -6981,7 +7308,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7056,7 +7383,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7126,7 +7453,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7201,7 +7528,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7258,7 +7585,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7337,7 +7664,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7385,7 +7712,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["services__query__episode_recall__RecallIn"];
+                "application/json": components["schemas"]["services__query__episodes__recall__RecallIn"];
             };
         };
         responses: {
@@ -7425,7 +7752,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7504,7 +7831,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7583,7 +7910,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7671,7 +7998,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7719,7 +8046,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["services__query__people_api__RecallIn"];
+                "application/json": components["schemas"]["services__query__people__calls__RecallIn"];
             };
         };
         responses: {
@@ -7759,7 +8086,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7834,7 +8161,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7904,7 +8231,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -7992,7 +8319,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description The user this call acts for was erased (an admin key naming it); re-enable it first */
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
                     [name: string]: unknown;
@@ -8003,6 +8330,493 @@ export interface operations {
             };
             /** @description the request body is over the limit (ENGRAM_MAX_REQUEST_BYTES, default 1 MB) */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    export_v1_me_export_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the archive (docs/archive.md) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/zip": string;
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    import__v1_me_import_post: {
+        parameters: {
+            query?: {
+                /** @description engram's archive (a zip) or mem0's export (JSON) */
+                source?: "engram" | "mem0";
+                /** @description also take the archive's embedding settings (they carry no key) */
+                with_settings?: boolean;
+                /** @description with source=mem0: whose memories, if it holds several */
+                mem0_user?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/zip": string;
+                "application/json": unknown;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImportOut"];
+                };
+            };
+            /** @description The request cannot be served as asked (detail says why) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the limit (ENGRAM_MAX_REQUEST_BYTES, default 1 MB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    listing_v1_webhooks_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SubscriptionsOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    create_v1_webhooks_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SubscriptionIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedOut"];
+                };
+            };
+            /** @description The request cannot be served as asked (detail says why) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the limit (ENGRAM_MAX_REQUEST_BYTES, default 1 MB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    delete_v1_webhooks__sub_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sub_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["services__query__api__routes__webhooks__DeletedOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such thing for this user (the same whether or not it exists for another) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    deliveries_v1_webhooks__sub_id__deliveries_get: {
+        parameters: {
+            query?: {
+                status?: ("pending" | "delivered" | "dead") | null;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                sub_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveriesOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such thing for this user (the same whether or not it exists for another) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a field is missing or invalid; each error names its field, not its value */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    replay_v1_webhooks__sub_id__replay_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sub_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReplayedOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such thing for this user (the same whether or not it exists for another) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
