@@ -162,6 +162,14 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
             ("POST", "/v1/turns/list", {"chat_id": "chat-of-a"}),
             ("POST", "/v1/turns/delete", {"chat_id": "chat-of-a"}),
             ("GET", "/v1/tools", None),
+            # B's own subscriptions and archive only
+            ("GET", "/v1/webhooks", None),
+            ("POST", "/v1/webhooks", {"url": "http://169.254.169.254/latest"}),
+            ("DELETE", f"/v1/webhooks/{uuid.uuid4()}", None),
+            ("GET", f"/v1/webhooks/{uuid.uuid4()}/deliveries", None),
+            ("POST", f"/v1/webhooks/{uuid.uuid4()}/replay", None),
+            ("GET", "/v1/me/export", None),
+            ("POST", "/v1/me/import", {"not": "an archive"}),
             ("DELETE", f"/v1/users/{a}", None),
             ("POST", f"/v1/users/{a}/reenable", None),
             ("POST", "/v1/admin/search", {"query": MARK, "user_id": a}),
@@ -305,6 +313,7 @@ def _template(path: str) -> str:
         ("v1", "threads"): "{thread_id}",
         ("v1", "users"): "{user_id}",
         ("v1", "episodes"): "{episode_id}",
+        ("v1", "webhooks"): "{sub_id}",
         ("checkpoints", None): "{checkpoint_id}",
     }
     out = []

@@ -17,7 +17,7 @@ def test_schemas_are_the_seeds():
     assert set(props) == {"content", "facts", "subjects", "expires_in_days", "shared"}
     assert props["facts"]["items"]["required"] == ["content"]
     assert recall["parameters"]["required"] == ["query"]
-    assert set(recall["parameters"]["properties"]) == {"query", "about"}
+    assert set(recall["parameters"]["properties"]) == {"query", "about", "as_of"}  # issue 27
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from services.query.api import responses as R
 from services.query.api.auth import UserId
 from services.query.api.deps import Pool, Pub, State
+from services.query.api.edges import ErrorOut
 from services.query.memory import graph_store as gs
 
 router = APIRouter(prefix="/v1/store", tags=["store (LangGraph)"])
@@ -84,7 +85,12 @@ async def put(body: ItemIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, 
     return await gs.put(pool, pub, user_id=user_id, **body.model_dump())
 
 
-@router.post("/items/get", summary="One item by (namespace, key)", response_model=StoreItemOut)
+@router.post(
+    "/items/get",
+    summary="One item by (namespace, key)",
+    response_model=StoreItemOut,
+    responses={404: {"model": ErrorOut, "description": "No item at that namespace and key"}},
+)
 async def get(body: ItemKeyIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
     return await gs.get(pool, user_id=user_id, namespace=body.namespace, key=body.key)
 
