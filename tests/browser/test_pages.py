@@ -267,3 +267,21 @@ async def test_cross_site_posts_are_refused(
         "/ui/login", data={"key": secret}, headers={"Sec-Fetch-Site": "cross-site"}
     )
     assert r.status_code == 403
+
+
+async def test_a_favicon_is_served_and_redoc_loads_nothing_from_a_cdn(
+    client: httpx.AsyncClient, pool: asyncpg.Pool, user_id: str
+) -> None:
+    """Issue 29.19 (the favicon was a 404) and 29.20 (ReDoc's logo came from a CDN)."""
+    for path in ("/favicon.ico", "/ui/static/favicon.svg"):
+        r = await client.get(path)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg")
+    await login(client, pool, user_id)
+    assert 'rel="icon" href="/ui/static/favicon.svg"' in (await client.get("/ui/")).text
+    page = await client.get("/redoc")
+    assert page.status_code == 200
+    assert "https://" not in page.text.replace("https://redocly", ""), page.text
+    bundle = await client.get("/redoc.js")
+    assert bundle.status_code == 200 and len(bundle.content) > 100_000
+    assert b"cdn.redoc.ly" not in bundle.content
+    assert b"/ui/static/favicon.svg" in bundle.content

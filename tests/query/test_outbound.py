@@ -19,6 +19,7 @@ from services.embedder.service import embed_wanted
 from services.embedder.settings import EmbedderSettings
 from services.query.app import create_app
 from services.query.settings import QuerySettings
+from shared.embeddings.guard import default_guards
 from shared.embeddings.providers import ProviderConfig, ProviderRegistry
 from shared.guard import Guards
 from shared.outbound import EndpointRefused, IpAddress, PinnedTransport, check_endpoint, public
@@ -142,6 +143,7 @@ async def test_a_stored_endpoint_that_became_refused_is_never_called_by_the_embe
                 settings=es,
                 registry=registry,
             )
+            await default_guards().settle()  # calls out of line ended
         finally:
             await registry.aclose()
         row = await pool.fetchrow(
@@ -291,6 +293,7 @@ async def test_a_failing_endpoints_body_is_never_stored_as_the_embedding_error(
         )
         [mid] = await add_messages(pool, user_id, ["hello"])
         registry = ProviderRegistry.from_settings(es)
+        guards = Guards()
         try:
             await embed_wanted(
                 pool,
@@ -298,8 +301,9 @@ async def test_a_failing_endpoints_body_is_never_stored_as_the_embedding_error(
                 {user_id: {"message": {mid}}},
                 settings=es,
                 registry=registry,
-                guards=Guards(),
+                guards=guards,
             )
+            await guards.settle()  # the call to the user's endpoint runs out of line
         finally:
             await registry.aclose()
         row = await pool.fetchrow(

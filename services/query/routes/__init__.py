@@ -22,6 +22,7 @@ ROUTER_MODULES = [
     "services.query.routes.episodes",
     "services.query.routes.people",
     "services.query.routes.context",
+    "services.query.routes.assets",
     "services.query.ui",
 ]
 
