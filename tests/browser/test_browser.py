@@ -84,10 +84,14 @@ async def test_log_in_filter_by_theme_and_type_and_flip_include_archived(
 
     # the search box runs the hybrid search (full text only here: no provider)
     await page.select_option("select[name=theme]", "")
+    searches: list[str] = []
+    page.on("request", lambda r: searches.append(r.url) if "q=Bergen" in r.url else None)
     await page.fill("input[name=q]", "Bergen")
     await page.press("input[name=q]", "Enter")
     await expect(page.locator("#item-count")).to_contain_text("mode fts_only")
     await expect(rows).to_have_count(1)
+    await page.wait_for_timeout(500)
+    assert len(searches) == 1, searches  # Enter sends it once (it sent it twice: 29.19)
     await expect(rows).to_contain_text("Alfa lives in Bergen")
     assert await page.evaluate("window.__loaded_once") == "yes"
     await screenshot(page, "search")
