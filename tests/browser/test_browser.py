@@ -297,6 +297,19 @@ async def test_pages_fit_a_phone(browser: Any, ui_server: UiServer, pool: asyncp
             width = await page.evaluate("document.documentElement.scrollWidth")
             assert width <= 375, (path, width)
         await page.goto(ui_server.url + "/ui/memories?archived=1")
+        # the list is wider than the phone: it says it scrolls sideways (issue 29.19)
+        hint = await page.evaluate(
+            "(() => { const t = document.querySelector('#item-list table');"
+            " return [t.scrollWidth > t.clientWidth,"
+            " getComputedStyle(t, '::before').content]; })()"
+        )
+        assert hint[0] is True and "swipe the table sideways" in hint[1], hint
         await screenshot(page, "memories-phone")
+        await page.set_viewport_size({"width": 1280, "height": 740})  # wide: no hint
+        await page.wait_for_timeout(200)
+        wide = await page.evaluate(
+            "getComputedStyle(document.querySelector('#item-list table'), '::before').content"
+        )
+        assert "swipe" not in wide, wide
     finally:
         await context.close()
