@@ -99,7 +99,7 @@ class Guards:
         self._circuits: dict[str, Circuit] = {}
         self._busy: dict[str, int] = {}
         self._slots: dict[str, asyncio.Semaphore] = {}
-        self._detached: dict[asyncio.Task[Any], str] = {}
+        self._detached: dict[asyncio.Task[Any], tuple[str, frozenset[str]]] = {}
 
     def circuit(self, key: str) -> Circuit:
         found = self._circuits.get(key)
@@ -120,14 +120,22 @@ class Guards:
             self._slots[key] = found
         return found
 
-    def detach(self, task: asyncio.Task[Any], key: str) -> None:
-        """Keep ``task`` (a call to ``key`` taken out of line) alive until it ends."""
-        self._detached[task] = key
+    def detach(
+        self, task: asyncio.Task[Any], key: str, owners: frozenset[str] = frozenset()
+    ) -> None:
+        """Keep ``task`` (a call to ``key`` taken out of line, for ``owners``' rows)
+        alive until it ends."""
+        self._detached[task] = (key, owners)
         task.add_done_callback(self._finished)
 
     def out_of_line(self, key: str) -> int:
         """Calls to ``key`` taken out of line and not finished yet."""
-        return sum(1 for k in self._detached.values() if k == key)
+        return sum(1 for k, _ in self._detached.values() if k == key)
+
+    def out_of_line_for(self, owner: str) -> int:
+        """Calls out of line for ``owner``'s rows, whichever endpoints they go to (a
+        user who keeps changing their endpoint's URL makes a new key each time)."""
+        return sum(1 for _, owners in self._detached.values() if owner in owners)
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._detached.pop(task, None)
@@ -137,6 +145,10 @@ class Guards:
     @property
     def detached(self) -> int:
         return len(self._detached)
+
+    async def settle(self) -> None:
+        """Wait until every call out of line now has ended (its outcome stored)."""
+        await asyncio.gather(*self._detached, return_exceptions=True)
 
     async def aclose(self) -> None:
         """Cancel what runs out of line (its rows are leased: the retry sweep has them)."""

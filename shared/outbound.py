@@ -170,10 +170,12 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         inner: httpx.AsyncBaseTransport | None = None,
         *,
         resolver: Resolver = resolve,
+        owns_inner: bool = True,
     ) -> None:
         self._allow = allow
         self._inner = inner or httpx.AsyncHTTPTransport()
         self._resolver = resolver
+        self._owns_inner = owns_inner
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -185,7 +187,8 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         return await self._inner.handle_async_request(request)
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        if self._owns_inner:
+            await self._inner.aclose()
 
 
 def public_reason(exc: ProviderError | ConfigError) -> str:

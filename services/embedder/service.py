@@ -53,7 +53,7 @@ def options(settings: EmbedderSettings) -> Options:
         retry_backoff_s=settings.embed_retry_backoff_s,
         retry_max_s=settings.embed_retry_max_s,
         deadline_s=settings.embedding_deadline_s,
-        inline_s=settings.embed_inline_s,
+        out_of_line=True,
     )
 
 
@@ -157,20 +157,32 @@ async def embed_wanted(
     for kind, pairs in pending.items():
         rows = await store.fetch_pending_many(pool, kind, pairs, max_chars=settings.embed_max_chars)
         items.extend(Item(user_id, row) for user_id, row in rows)
+
+    async def announce(outcome: Outcome) -> None:
+        if outcome.memories_ready:
+            await publisher.publish(
+                MEMORIES,
+                [
+                    MemoryChanged(memory_id=mid, user_id=uid, change="embedded")
+                    for uid, mid in outcome.memories_ready
+                ],
+            )
+
+    # a call to a user's own endpoint runs out of line and announces its own outcome
     outcome = await embed_items(
-        pool, items, configs, registry=registry, options=opts, observer=metrics, guards=guards
+        pool,
+        items,
+        configs,
+        registry=registry,
+        options=opts,
+        observer=metrics,
+        guards=guards,
+        late=announce,
     )
     if indexer is not None:
         for user_id, kind in {(it.user_id, it.row.kind) for it in items}:
             indexer.note(user_id, kind)
-    if outcome.memories_ready:
-        await publisher.publish(
-            MEMORIES,
-            [
-                MemoryChanged(memory_id=mid, user_id=uid, change="embedded")
-                for uid, mid in outcome.memories_ready
-            ],
-        )
+    await announce(outcome)
     return outcome
 
 

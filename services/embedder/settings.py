@@ -38,12 +38,6 @@ class EmbedderSettings(EmbeddingSettings):
         "while the last one's texts are embedded (a bulk import: the model never waits "
         "for them), but splits live traffic into more, smaller passes (docs/embeddings.md)",
     )
-    embed_inline_s: float = Field(
-        default=5.0,
-        ge=0,
-        description="a user's own endpoint not done after this long is taken out of line: "
-        "the read goes on and that call finishes in the background",
-    )
     embed_max_chars: int = Field(default=8000, description="longer texts are cut")
     embed_retry_backoff_s: float = Field(
         default=5.0, description="first retry of rows whose provider was down, doubled"

@@ -62,6 +62,7 @@ def create_app(
         summary="Long-term memory for chat assistants and AI agents",
         version="1",
         lifespan=rt.lifespan,
+        redoc_url=None,  # routes/assets.py: ReDoc with its logo served here too
     )
     app.state.runtime = rt
     app.state.query = state

@@ -15,12 +15,15 @@ texts per call, several users' rows in one call. For each call:
   never the provider's body, which is only logged; the others are stored.
 
 One user's slow endpoint never holds up another user's rows (``guard``): every
-call has a deadline (retries included) and goes through its endpoint's circuit;
-a user's own endpoint has its own call slots (not the shared ``parallel``), and
-what it has not answered after ``inline_s`` is taken out of line: its rows get a
-retry time as a lease (a crash leaves them to the retry sweep), the call goes on
-in the background and the read returns. An endpoint with such a call still in
-flight gets no new calls: its rows are deferred at once.
+call has a deadline (retries included) and goes through its endpoint's circuit.
+In the embedder (``Options.out_of_line``) a call to a user's own endpoint is not
+waited for at all: its rows get a retry time as a lease (a crash leaves them to
+the retry sweep), the call runs in the background in the endpoint's own call
+slots (``Guards.per_endpoint``, not the shared ``parallel``) and stores its own
+outcome, and the read goes on at once. Per endpoint, and per user whichever
+endpoints (a user who keeps changing their URL makes a new endpoint each time),
+``QUEUED_PER_SLOT`` calls per slot wait or run; rows beyond that are deferred at
+once.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import functools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +49,14 @@ from shared.events import EmbedKind
 from shared.outbound import public_reason
 
 log = logging.getLogger(__name__)
+
+
+SLOW_ENDPOINT = "the endpoint is slow: earlier calls are still in flight; retried later"
+
+QUEUED_PER_SLOT = 8
+"""Calls out of line per endpoint (and per user) that may wait for or hold one of its
+``Guards.per_endpoint`` slots: a user's backfill of 32 x 64 texts is queued, a hanging
+endpoint holds no more than that; rows beyond it are deferred at once."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +89,11 @@ class Options:
     retry_backoff_s: float = 5.0
     retry_max_s: float = 600.0
     deadline_s: float = 120.0  # one provider call, its retries included
-    inline_s: float | None = None  # a user endpoint's call waited for; None = to the end
+    out_of_line: bool = False  # a user endpoint's calls run in the background
+
+
+Late = Callable[["Outcome"], Awaitable[None]]
+"""Told the outcome of a call run out of line, when it ends."""
 
 
 class Observer:
@@ -98,8 +113,12 @@ async def embed_items(
     options: Options,
     observer: Observer | None = None,
     guards: Guards | None = None,
+    late: Late | None = None,
 ) -> Outcome:
-    """Embed ``items`` (each user's config in ``configs``) and store the results."""
+    """Embed ``items`` (each user's config in ``configs``) and store the results.
+
+    Calls run out of line (``options.out_of_line``) are not in the returned outcome:
+    each one's goes to ``late`` when it ends (e.g. to announce memories made ready)."""
     obs = observer or Observer()
     groups: dict[tuple[Any, ...], list[Item]] = defaultdict(list)
     total = Outcome()
@@ -119,7 +138,6 @@ async def embed_items(
     guards = guards or default_guards()
     slots = asyncio.Semaphore(options.parallel)
     inline: list[asyncio.Task[Outcome]] = []
-    own: dict[asyncio.Task[Outcome], tuple[str, str, list[Item]]] = {}
     for group in groups.values():
         config = configs[group[0].user_id]
         try:
@@ -131,60 +149,68 @@ async def embed_items(
             continue
         key = endpoint_key(config)
         embedder = GuardedEmbedder(inner, key, guards, deadline_s=options.deadline_s)
-        apart = key is not None and config.source == "user" and options.inline_s is not None
-        if apart and key is not None and guards.out_of_line(key):
-            # Still answering an earlier read's call out of line: not in this read's way.
-            reason = f"{key}: an earlier call is still in flight; retried later"
-            inline.append(
-                asyncio.create_task(_defer(pool, group, reason, options, obs, config.provider))
-            )
-            continue
-        gate = guards.slots(key) if apart and key is not None else slots
+        apart = key is not None and config.source == "user" and options.out_of_line
         for i in range(0, len(group), options.batch):
             chunk = group[i : i + options.batch]
-            task = asyncio.create_task(
-                _guarded(
-                    gate,
-                    functools.partial(_embed_chunk, pool, chunk, embedder, config, options, obs),
-                )
-            )
+            work = functools.partial(_embed_chunk, pool, chunk, embedder, config, options, obs)
             if apart and key is not None:
-                own[task] = (key, config.provider, list(chunk))
+                ran = _out_of_line(
+                    pool, work, key, config.provider, chunk, options, obs, guards, late
+                )
+                if ran is not None:
+                    total.add(ran)
+                    continue
+                inline.append(
+                    asyncio.create_task(
+                        _defer(pool, chunk, SLOW_ENDPOINT, options, obs, config.provider)
+                    )
+                )
             else:
-                inline.append(task)
-    started = time.monotonic()
+                inline.append(asyncio.create_task(_guarded(slots, work)))
     for outcome in await asyncio.gather(*inline):
         total.add(outcome)
-    if own:
-        wait = max(0.0, (options.inline_s or 0.0) - (time.monotonic() - started))
-        done, late = await asyncio.wait(list(own), timeout=wait)
-        for task in done:
-            total.add(task.result())
-        for task in late:
-            key, provider, chunk = own[task]
-            total.add(
-                await _take_out_of_line(pool, task, key, provider, chunk, options, obs, guards)
-            )
     return total
 
 
-async def _take_out_of_line(
+def _out_of_line(
     pool: asyncpg.Pool,
-    task: asyncio.Task[Outcome],
+    work: Callable[[], Coroutine[Any, Any, Outcome]],
     key: str,
     provider: str,
     chunk: Sequence[Item],
     options: Options,
     obs: Observer,
     guards: Guards,
-) -> Outcome:
-    """Let ``task`` finish in the background; its rows leased until its deadline."""
-    guards.detach(task, key)
-    lease = options.deadline_s + options.retry_backoff_s
-    await _leave_pending(pool, chunk, f"{key} is slow: embedding out of line", lease, lease)
-    log.warning("%s is slow: %d row(s) taken out of line", key, len(chunk))
+    late: Late | None,
+) -> Outcome | None:
+    """Start ``work`` (a call to a user's endpoint) in the background, its rows leased
+    until its deadline first; None (nothing started) when that endpoint, or that
+    user, has its share of calls out of line already."""
+    owners = frozenset(it.user_id for it in chunk)
+    busy = max([guards.out_of_line(key)] + [guards.out_of_line_for(u) for u in owners])
+    if busy >= guards.per_endpoint * QUEUED_PER_SLOT:
+        return None
+
+    async def run() -> Outcome:
+        await _lease(pool, chunk, options.deadline_s + options.retry_backoff_s)
+        outcome = await _guarded(guards.slots(key), work)
+        if late is not None:
+            await late(outcome)
+        return outcome
+
+    # counted at once, so the next chunk of this read sees it
+    guards.detach(asyncio.create_task(run()), key, owners)
     obs.rows(provider, "out_of_line", len(chunk))
     return Outcome(deferred=len(chunk))
+
+
+async def _lease(pool: asyncpg.Pool, items: Sequence[Item], seconds: float) -> None:
+    by_target: dict[tuple[str, EmbedKind], list[Any]] = defaultdict(list)
+    for it in items:
+        by_target[(it.user_id, it.row.kind)].append(it.row.id)
+    async with pool.acquire() as conn, conn.transaction():
+        for (user_id, kind), ids in by_target.items():
+            await store.lease(conn, user_id, kind, ids, seconds=seconds)
 
 
 async def _guarded(

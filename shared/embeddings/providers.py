@@ -77,6 +77,10 @@ class ProviderRegistry:
         self._local_batch = local_batch
         self._allow = allow
         self._endpoints: dict[tuple[str, bool], HttpEndpoint] = {}
+        # one connection pool under every user endpoint's guard (keyed by the pinned
+        # address): a new transport costs an SSL context, ~50 ms of the event loop,
+        # and a user who changes their URL every few seconds made one each time
+        self._checked_inner: httpx.AsyncBaseTransport | None = None
 
     @classmethod
     def from_settings(
@@ -106,7 +110,9 @@ class ProviderRegistry:
         if found is None:
             transport = self._transport
             if checked:
-                transport = PinnedTransport(self._allow, transport)
+                if self._checked_inner is None:
+                    self._checked_inner = self._transport or httpx.AsyncHTTPTransport()
+                transport = PinnedTransport(self._allow, self._checked_inner, owns_inner=False)
             found = HttpEndpoint(base, options=self.options, transport=transport)
             self._endpoints[(base, checked)] = found
         return found
@@ -132,6 +138,9 @@ class ProviderRegistry:
         for endpoint in self._endpoints.values():
             await endpoint.aclose()
         self._endpoints.clear()
+        if self._checked_inner is not None and self._checked_inner is not self._transport:
+            await self._checked_inner.aclose()
+        self._checked_inner = None
 
 
 _default: ProviderRegistry | None = None

@@ -116,6 +116,13 @@ def _statements(t: Table) -> dict[str, str]:
                                                    $5::float8) * interval '1 second'
             WHERE user_id = $1 AND id = ANY($2::{t.id_type}[]) AND embedding_state = 'pending'
         """,
+        # a lease: the row is being embedded out of line; the retry sweep leaves it
+        # alone until then (a crash leaves it to the sweep after that)
+        "lease": f"""
+            UPDATE {t.name}
+            SET embedding_retry_at = now() + $3::float8 * interval '1 second'
+            WHERE user_id = $1 AND id = ANY($2::{t.id_type}[]) AND embedding_state = 'pending'
+        """,
         "due": f"""
             SELECT user_id, id FROM {t.name}
             WHERE embedding_state = 'pending' AND embedding_retry_at <= now()
@@ -355,6 +362,14 @@ async def defer(
         await conn.execute(
             SQL[kind]["defer"], user_id, list(ids), error[:2000], backoff_s, max_backoff_s
         )
+
+
+async def lease(
+    conn: Executor, user_id: str, kind: EmbedKind, ids: Sequence[Any], *, seconds: float
+) -> None:
+    """Keep the retry sweep off rows embedded out of line for ``seconds``."""
+    if ids:
+        await conn.execute(SQL[kind]["lease"], user_id, list(ids), seconds)
 
 
 async def due_for_retry(conn: Executor, kind: EmbedKind, *, limit: int) -> list[tuple[str, Any]]:

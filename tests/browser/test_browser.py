@@ -84,10 +84,14 @@ async def test_log_in_filter_by_theme_and_type_and_flip_include_archived(
 
     # the search box runs the hybrid search (full text only here: no provider)
     await page.select_option("select[name=theme]", "")
+    searches: list[str] = []
+    page.on("request", lambda r: searches.append(r.url) if "q=Bergen" in r.url else None)
     await page.fill("input[name=q]", "Bergen")
     await page.press("input[name=q]", "Enter")
     await expect(page.locator("#item-count")).to_contain_text("mode fts_only")
     await expect(rows).to_have_count(1)
+    await page.wait_for_timeout(500)
+    assert len(searches) == 1, searches  # Enter sends it once (it sent it twice: 29.19)
     await expect(rows).to_contain_text("Alfa lives in Bergen")
     assert await page.evaluate("window.__loaded_once") == "yes"
     await screenshot(page, "search")
@@ -293,6 +297,19 @@ async def test_pages_fit_a_phone(browser: Any, ui_server: UiServer, pool: asyncp
             width = await page.evaluate("document.documentElement.scrollWidth")
             assert width <= 375, (path, width)
         await page.goto(ui_server.url + "/ui/memories?archived=1")
+        # the list is wider than the phone: it says it scrolls sideways (issue 29.19)
+        hint = await page.evaluate(
+            "(() => { const t = document.querySelector('#item-list table');"
+            " return [t.scrollWidth > t.clientWidth,"
+            " getComputedStyle(t, '::before').content]; })()"
+        )
+        assert hint[0] is True and "swipe the table sideways" in hint[1], hint
         await screenshot(page, "memories-phone")
+        await page.set_viewport_size({"width": 1280, "height": 740})  # wide: no hint
+        await page.wait_for_timeout(200)
+        wide = await page.evaluate(
+            "getComputedStyle(document.querySelector('#item-list table'), '::before').content"
+        )
+        assert "swipe" not in wide, wide
     finally:
         await context.close()

@@ -82,3 +82,6 @@ async def test_swagger_ui_works_offline_authorizes_and_calls(
     # ReDoc renders from its bundled script too
     await page.goto(f"{ui_server.url}/redoc")
     await expect(page.locator("h1").first).to_contain_text("engram", timeout=RENDER_MS)
+    # its "API docs by Redocly" logo too (it came from cdn.redoc.ly: issue 29.20)
+    await expect(page.locator("a[href*='redocly'] img").first).to_be_visible(timeout=RENDER_MS)
+    assert blocked == [], blocked

@@ -16,6 +16,7 @@ from shared.apikeys import create_key, revoke_key, session_token
 from shared.embeddings.crypto import signing_key
 from shared.memory.writer import NewItem, insert_items
 from tests.browser.seed import EMBED_ERROR, Seeded, seed_user
+from tests.embedder.conftest import add_messages
 from tests.query.helpers import resolver_for
 from tests.support import running
 
@@ -267,3 +268,40 @@ async def test_cross_site_posts_are_refused(
         "/ui/login", data={"key": secret}, headers={"Sec-Fetch-Site": "cross-site"}
     )
     assert r.status_code == 403
+
+
+async def test_a_favicon_is_served_and_redoc_loads_nothing_from_a_cdn(
+    client: httpx.AsyncClient, pool: asyncpg.Pool, user_id: str
+) -> None:
+    """Issue 29.19 (the favicon was a 404) and 29.20 (ReDoc's logo came from a CDN)."""
+    for path in ("/favicon.ico", "/ui/static/favicon.svg"):
+        r = await client.get(path)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg")
+    await login(client, pool, user_id)
+    assert 'rel="icon" href="/ui/static/favicon.svg"' in (await client.get("/ui/")).text
+    page = await client.get("/redoc")
+    assert page.status_code == 200
+    assert "https://" not in page.text.replace("https://redocly", ""), page.text
+    bundle = await client.get("/redoc.js")
+    assert bundle.status_code == 200 and len(bundle.content) > 100_000
+    assert b"cdn.redoc.ly" not in bundle.content
+    assert b"/ui/static/favicon.svg" in bundle.content
+
+
+async def test_a_persons_first_mention_is_the_conversations_time_not_the_import(
+    client: httpx.AsyncClient, pool: asyncpg.Pool, two_users: tuple[Seeded, Seeded]
+) -> None:
+    """Issue 29.19: a conversation of 2023 imported today says 2023."""
+    alice, _ = two_users
+    [turn] = await add_messages(pool, alice.user_id, [f"{alice.marker} Sarah hates peanuts"])
+    await pool.execute(
+        "UPDATE messages SET occurred_at = '2023-05-08 13:56+00' WHERE id = $1", turn
+    )
+    await pool.execute(
+        "UPDATE memory_items SET source_message_id = $2 WHERE id = $1", alice.items["sarah"], turn
+    )
+    await login(client, pool, alice.user_id)
+    page = (await client.get("/ui/people")).text
+    row = page[page.index(f"Sarah{alice.marker}") :]
+    row = row[: row.index("</tr>")]
+    assert "2023-05-08" in row, row

@@ -310,4 +310,6 @@ async def test_the_readme_example_runs(live_query: LiveQuery, pool: asyncpg.Pool
     lines = out.decode().splitlines()
     assert lines[0] == "['Likes window seats']"
     assert lines[1] == "My favourite colour is blue"
+    # the saved home city is in the sections context for "where do I live?" (issue 29.15)
+    assert "- location / home city: Bergen" in lines, lines
     assert lines[-1].startswith("no such memory:")

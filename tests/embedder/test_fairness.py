@@ -72,7 +72,6 @@ async def test_another_users_texts_are_embedded_in_normal_time_beside_a_hanging_
             embedding_provider="none",
             secret_key=SecretStr("k"),
             embed_batch_size=16,
-            embed_inline_s=1.0,
         )
         # the shipped client budget: 30 s a try, 3 retries
         assert es.embedding_timeout_s == 30.0 and es.embedding_retries == 3
@@ -103,8 +102,8 @@ async def test_another_users_texts_are_embedded_in_normal_time_beside_a_hanging_
             fair = time.monotonic() - started
             assert await _ready(pool, stalled) == 0
         print(f"\n200 turns alone {normal:.2f} s, beside a hanging provider {fair:.2f} s")
-        # before: 127.9 s. Now one in-line wait (embed_inline_s) at most, then normal pace.
-        assert fair < normal + es.embed_inline_s + 5.0
+        # before: 127.9 s; then one in-line wait (5 s); now the hang is never waited for
+        assert fair < 1.5 * normal + 1.0
         # the hanging user's rows are not lost: pending, with a retry time
         left = await pool.fetchrow(
             "SELECT count(*) AS n, count(embedding_retry_at) AS leased FROM messages "
@@ -179,3 +178,96 @@ async def test_a_circuit_opens_after_failures_in_a_row_and_lets_one_trial_throug
     c.failure()
     c.failure()
     assert 1.5 < c.retry_in() <= 2.0  # doubled on re-open
+
+
+def _p95(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+async def _one_turn_latency(
+    pool: asyncpg.Pool, publisher: Publisher, user_id: str, n: int
+) -> float:
+    """Publish one new turn of ``user_id`` (as ingest does) and time it to ``ready``."""
+    [mid] = await add_messages(pool, user_id, [f"{user_id} live turn {n}"])
+    started = time.monotonic()
+    await publisher.publish("embed", _requests(user_id, [mid]))
+
+    async def ready() -> bool:
+        state = await pool.fetchval("SELECT embedding_state FROM messages WHERE id = $1", mid)
+        return bool(state == "ready")
+
+    await wait_for(ready, timeout=60, interval=0.02, message="the other user's turn")
+    return time.monotonic() - started
+
+
+async def _live_turns(
+    pool: asyncpg.Pool, publisher: Publisher, user_id: str, tag: int, seconds: float
+) -> list[float]:
+    """A turn every 0.25 s for ``seconds`` (open loop: a stalled read delays every
+    turn sent meanwhile, as it would a chat's), each timed to ``ready``."""
+    tasks = []
+    for n in range(int(seconds / 0.25)):
+        tasks.append(asyncio.create_task(_one_turn_latency(pool, publisher, user_id, tag + n)))
+        await asyncio.sleep(0.25)
+    return list(await asyncio.gather(*tasks))
+
+
+async def test_another_users_live_turns_keep_their_pace_beside_a_hanging_or_rotating_endpoint(
+    pool: asyncpg.Pool, redis: aioredis.Redis, make_settings: Callable[..., Any]
+) -> None:
+    """Issue 29.11: one user's endpoint hangs, or its URL changes every 3 s (each URL a
+    new endpoint, a new circuit), while that user's turns keep coming; another user's
+    turns, one every 0.25 s as a chat sends them, are embedded at the pace they have
+    alone (p95 within 1.5x; before: ~5 s against 0.18 s, reads waiting for the hang)."""
+    fast = ScriptedServer().start()
+    hanging = ScriptedServer(default=Step("sleep", seconds=200)).start()
+    try:
+        es: EmbedderSettings = make_settings(
+            EmbedderSettings, embedding_provider="none", secret_key=SecretStr("k")
+        )
+        other, noisy = "live-other", "live-noisy"
+        for uid in (other, noisy):
+            await pool.execute("DELETE FROM users WHERE id = $1", uid)
+            await pool.execute("INSERT INTO users (id) VALUES ($1)", uid)
+        await _use(pool, other, fast.url, es)
+        await _use(pool, noisy, hanging.url, es)
+        publisher = Publisher(redis, es)
+        window = 12.0
+        p95: dict[str, float] = {}
+        async with running(embedder_app(es)):
+            await _live_turns(pool, publisher, other, 0, 1.0)  # warm-up
+            p95["alone"] = _p95(await _live_turns(pool, publisher, other, 100, window))
+            for case in ("hanging", "rotating"):
+                stop = asyncio.Event()
+
+                async def noise(case: str = case, stop: asyncio.Event = stop) -> None:
+                    n, rotated = 0, time.monotonic()
+                    while not stop.is_set():
+                        if case == "rotating" and time.monotonic() - rotated >= 3.0:
+                            # a new URL: another endpoint key, circuit and client
+                            await _use(pool, noisy, f"{hanging.url}/r{n}", es)
+                            rotated = time.monotonic()
+                        ids = await add_messages(pool, noisy, [f"noisy {case} {n}"])
+                        await publisher.publish("embed", _requests(noisy, ids))
+                        n += 1
+                        await asyncio.sleep(0.3)
+
+                task = asyncio.create_task(noise())
+                try:
+                    await asyncio.sleep(0.5)  # the noisy user's first calls are in flight
+                    tag = 1000 * len(p95)
+                    p95[case] = _p95(await _live_turns(pool, publisher, other, tag, window))
+                finally:
+                    stop.set()
+                    await task
+        print(
+            "\nanother user's turn every 0.25 s, p95: "
+            + ", ".join(f"{k} {v:.3f} s" for k, v in p95.items())
+        )
+        for case in ("hanging", "rotating"):
+            # 1.5x, with 50 ms for the 20 ms poll and a loaded machine's scheduling
+            assert p95[case] <= 1.5 * p95["alone"] + 0.05, p95
+    finally:
+        fast.stop()
+        hanging.stop()

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from services.embedder import service
 from services.embedder.settings import EmbedderSettings
 from shared.embeddings import ProviderSettingsIn, put_provider_settings, store
+from shared.embeddings.guard import default_guards
 from shared.embeddings.providers import ProviderRegistry
 from shared.embeddings.store import message_text
 from shared.events import EmbedRequested, EmbedTarget
@@ -60,6 +61,7 @@ async def run(
         settings=settings,
         registry=registry,
     )
+    await default_guards().settle()  # calls out of line ended
     assert result.refused == {}
 
 
@@ -231,6 +233,7 @@ async def test_a_provider_that_stays_down_leaves_rows_pending_then_they_are_retr
     await asyncio.sleep(0.3)  # past the first backoff (0.2 s)
     publisher = Publisher(redis, esettings)
     await service.retry_due(pool, publisher, settings=esettings, registry=registry)
+    await default_guards().settle()  # calls out of line ended
     rows = await states(pool, ids)
     assert [r["embedding_state"] for r in rows] == ["ready"] * 2
     assert all(r["embedding_error"] is None and r["embedding_retry_at"] is None for r in rows)
@@ -320,6 +323,7 @@ async def test_malformed_target_ids_are_rejected_with_a_reason(
         settings=esettings,
         registry=registry,
     )
+    await default_guards().settle()  # calls out of line ended
     assert list(result.refused) == [1]  # named by its position in the batch
     assert "not a valid id" in result.refused[1]
 
@@ -364,8 +368,10 @@ async def test_the_sweep_embeds_a_row_whose_request_was_lost(
     await _age(pool, lost)
     publisher = Publisher(redis, esettings)
     await service.retry_due(pool, publisher, settings=esettings, registry=registry)
+    await default_guards().settle()  # calls out of line ended
     assert [r["embedding_state"] for r in await states(pool, lost)] == ["pending"]
     await service.retry_due(pool, publisher, settings=esettings, registry=registry, orphans=True)
+    await default_guards().settle()  # calls out of line ended
     assert [r["embedding_state"] for r in await states(pool, lost)] == ["ready"]
     assert [r["embedding_state"] for r in await states(pool, young)] == ["pending"]
 
@@ -383,6 +389,7 @@ async def test_the_sweep_parks_the_rows_of_a_user_without_a_provider(
     await _age(pool, ids)
     publisher = Publisher(redis, esettings)
     await service.retry_due(pool, publisher, settings=esettings, registry=registry, orphans=True)
+    await default_guards().settle()  # calls out of line ended
     [row] = await pool.fetch(
         "SELECT embedding_state, embedding_attempts, embedding_retry_at, embedding_error "
         "FROM messages WHERE id = $1",

@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from services.embedder import service
 from services.embedder.settings import EmbedderSettings
 from shared.embeddings import ProviderSettingsIn, put_provider_settings
+from shared.embeddings.guard import default_guards
 from shared.embeddings.providers import ProviderRegistry
 from shared.embeddings.rebuild import (
     count_missing,
@@ -82,6 +83,7 @@ async def drain_stream(
         await service.handle_requests(
             pool, Publisher(redis, settings), requests, settings=settings, registry=registry
         )
+        await default_guards().settle()  # calls out of line ended
     return sum(len(r.targets) for r in requests)
 
 
@@ -227,6 +229,7 @@ async def test_memory_items_that_become_ready_are_announced(
         await service.handle_requests(
             pool, publisher, [event], settings=esettings, registry=registry
         )
+        await default_guards().settle()  # calls out of line ended
     entries = await redis.xrange(esettings.stream("memories"))
     changes = [memory_adapter.validate_json(f[b"event"]) for _, f in entries]
     assert [(c.memory_id, c.user_id, c.change) for c in changes] == [(mid, user_id, "embedded")]

@@ -13,6 +13,7 @@ from services.embedder.settings import EmbedderSettings
 from services.query.app import create_app
 from services.query.settings import QuerySettings
 from shared.apikeys import create_key
+from shared.embeddings.guard import default_guards
 from tests.embedder.conftest import add_memories, add_messages
 from tests.embedder.scripted import ScriptedServer, Step
 from tests.support import running
@@ -85,6 +86,7 @@ async def test_settings_test_and_rebuild_through_the_api(
     reg = ProviderRegistry.from_settings(es)
     requests = [embed_adapter.validate_json(f[b"event"]) for _, f in entries]
     await service.handle_requests(pool, Publisher(redis, es), requests, settings=es, registry=reg)
+    await default_guards().settle()  # calls out of line ended
     await reg.aclose()
     headers = {k.lower(): v for k, v in server.requests[-1][2].items()}
     assert headers["authorization"] == "Bearer sk-abc"

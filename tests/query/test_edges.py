@@ -86,18 +86,20 @@ async def test_openapi_declares_bearer_auth_and_the_error_answers(client):
         ref = add["responses"][status]["content"]["application/json"]["schema"]["$ref"]
         assert ref == "#/components/schemas/ErrorOut", status
     assert "input" not in spec["components"]["schemas"]["FieldError"]["properties"]
-    # no key, no body: no 401/403/413/422 claimed
+    # a key (issue 29.14), no body: 401 claimed, no 413
     listing = spec["paths"]["/v1/tools"]["get"]["responses"]
-    assert "401" not in listing and "413" not in listing and "422" in listing  # ?format=
+    assert "401" in listing and "413" not in listing and "422" in listing  # ?format=
     me = spec["paths"]["/v1/me"]["get"]["responses"]
     assert sorted(me) == ["200", "401", "403", "503"]  # 503: PostgreSQL unreachable (faults)
     assert "/mcp" not in spec["paths"]
 
 
 async def test_docs_pages_use_the_services_own_assets(client):
-    for page in ("/docs", "/redoc"):
+    for page, script in (("/docs", "/static-offline-docs/"), ("/redoc", '"/redoc.js"')):
         html = (await client.get(page)).text
-        assert "cdn" not in html.lower() and "/static-offline-docs/" in html, page
+        assert "cdn" not in html.lower() and script in html, page
+    # ReDoc's bundle with its logo served here too (routes/assets.py)
+    assert b"cdn.redoc.ly" not in (await client.get("/redoc.js")).content
     for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js"):
         r = await client.get(f"/static-offline-docs/{asset}")
         assert r.status_code == 200 and len(r.content) > 100_000, asset

@@ -300,3 +300,46 @@ async def test_the_facts_list_and_the_summary_count_the_same_facts(make_settings
         [fact] = listed["facts"]
         assert fact["value"] == candidate.content and fact["key"] is None
         assert fact["source"] == "heuristic"
+
+
+async def test_the_readmes_saved_home_city_is_in_the_sections_context(make_settings, pool, user_id):
+    """Issue 29.15: README's example saves location/home_city = Bergen, then asks
+    "where do I live?" with policy sections: the value alone shares no word with the
+    question, so the search missed it; the section now carries the user's keyed facts,
+    labelled with their key. Issue 29.20: a conversation's summary is under its own
+    heading, not "Recent User Actions and Feedback"."""
+    app = create_app(make_settings(QuerySettings))
+    h = await auth(pool, user_id)
+    await pool.execute(
+        "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at, "
+        "summary_text) VALUES (gen_random_uuid(), $1, 'slack', 'C1', now(), now(), $2)",
+        user_id,
+        "Planned the garden with Sarah",
+    )
+    async with running(app) as client:
+        saved = await client.post(
+            "/v1/facts",
+            headers=h,
+            json={"category": "location", "key": "home_city", "value": "Bergen"},
+        )
+        assert saved.status_code == 200, saved.text
+        r = await client.post(
+            "/v1/jarvus/feedback",
+            headers=h,
+            json={"suggestion_id": "s1", "user_response": "thumbs up", "notes": "liked it"},
+        )
+        assert r.status_code == 200, r.text
+        r = await client.post(
+            "/v1/context",
+            headers=h,
+            json={"message": "where do I live?", "policy": "sections", "token_budget": 400},
+        )
+        assert r.status_code == 200, r.text
+        out = r.json()
+    text = out["text"]
+    assert "- location / home city: Bergen" in text, text
+    assert [f["content"] for f in out["sections"]["facts"]] == ["Bergen"]
+    conversations = text.index("Recent Conversations:")
+    assert text.index("- Planned the garden with Sarah") > conversations
+    actions = text.index("Recent User Actions and Feedback:")
+    assert actions < text.index("- Feedback: thumbs up (liked it)") < conversations

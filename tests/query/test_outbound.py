@@ -113,6 +113,47 @@ async def test_an_allowed_endpoints_error_body_is_not_echoed(
         server.stop()
 
 
+async def _stored_endpoint_and_a_turn(pool: asyncpg.Pool, user_id: str, url: str) -> int:
+    """The user's endpoint stored as it was once allowed (no check now), and a turn."""
+    await pool.execute("INSERT INTO users (id) VALUES ($1)", user_id)
+    await pool.execute(
+        "INSERT INTO embedding_settings (user_id, enabled, provider, endpoint_url, model) "
+        "VALUES ($1, true, 'openai', $2, 'm')",
+        user_id,
+        url,
+    )
+    [mid] = await add_messages(pool, user_id, ["hello"])
+    return mid
+
+
+async def _embed_once(
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    es: EmbedderSettings,
+    registry: ProviderRegistry,
+    user_id: str,
+    mid: int,
+) -> Any:
+    """The embedder's handling of one turn, to its end (the call to a user's endpoint
+    runs out of line); the row's state and error after it."""
+    guards = Guards()
+    try:
+        await embed_wanted(
+            pool,
+            Publisher(redis, es),
+            {user_id: {"message": {mid}}},
+            settings=es,
+            registry=registry,
+            guards=guards,
+        )
+        await guards.settle()
+    finally:
+        await registry.aclose()
+    return await pool.fetchrow(
+        "SELECT embedding_state, embedding_error FROM messages WHERE id = $1", mid
+    )
+
+
 async def test_a_stored_endpoint_that_became_refused_is_never_called_by_the_embedder(
     make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: aioredis.Redis, user_id: str
 ) -> None:
@@ -125,28 +166,8 @@ async def test_a_stored_endpoint_that_became_refused_is_never_called_by_the_embe
             embedding_endpoint_allow="",
             secret_key=SecretStr("k"),
         )
-        await pool.execute("INSERT INTO users (id) VALUES ($1)", user_id)
-        await pool.execute(
-            "INSERT INTO embedding_settings (user_id, enabled, provider, endpoint_url, model) "
-            "VALUES ($1, true, 'openai', $2, 'm')",
-            user_id,
-            f"{server.url}/v1",
-        )
-        [mid] = await add_messages(pool, user_id, ["hello"])
-        registry = ProviderRegistry()
-        try:
-            await embed_wanted(
-                pool,
-                Publisher(redis, es),
-                {user_id: {"message": {mid}}},
-                settings=es,
-                registry=registry,
-            )
-        finally:
-            await registry.aclose()
-        row = await pool.fetchrow(
-            "SELECT embedding_state, embedding_error FROM messages WHERE id = $1", mid
-        )
+        mid = await _stored_endpoint_and_a_turn(pool, user_id, f"{server.url}/v1")
+        row = await _embed_once(pool, redis, es, ProviderRegistry(), user_id, mid)
         assert row["embedding_state"] == "pending"
         assert "non-public address" in row["embedding_error"]
         assert server.requests == []
@@ -282,29 +303,9 @@ async def test_a_failing_endpoints_body_is_never_stored_as_the_embedding_error(
             embedding_retries=0,
             secret_key=SecretStr("k"),
         )
-        await pool.execute("INSERT INTO users (id) VALUES ($1)", user_id)
-        await pool.execute(
-            "INSERT INTO embedding_settings (user_id, enabled, provider, endpoint_url, model) "
-            "VALUES ($1, true, 'openai', $2, 'm')",
-            user_id,
-            f"{server.url}/v1",
-        )
-        [mid] = await add_messages(pool, user_id, ["hello"])
+        mid = await _stored_endpoint_and_a_turn(pool, user_id, f"{server.url}/v1")
         registry = ProviderRegistry.from_settings(es)
-        try:
-            await embed_wanted(
-                pool,
-                Publisher(redis, es),
-                {user_id: {"message": {mid}}},
-                settings=es,
-                registry=registry,
-                guards=Guards(),
-            )
-        finally:
-            await registry.aclose()
-        row = await pool.fetchrow(
-            "SELECT embedding_state, embedding_error FROM messages WHERE id = $1", mid
-        )
+        row = await _embed_once(pool, redis, es, registry, user_id, mid)
         assert row["embedding_state"] == state
         assert SECRET_BODY not in row["embedding_error"]
         assert f"HTTP {status}" in row["embedding_error"]

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from shared.db import audit
 from shared.errors import InvalidRequest
 from shared.events import TurnReceived
+from shared.stream_registry import TURNS
 from shared.streams import Publisher
 
 PROVIDER_PREFIX = "api-"
@@ -50,7 +51,7 @@ async def publish(publisher: Publisher, *, user_id: str, turn: dict[str, Any]) -
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "turn"
         raise InvalidRequest(f"{field}: {first['msg']}") from None
-    [entry] = await publisher.publish("turns", [event])
+    [entry] = await publisher.publish(TURNS, [event])
     return {"event_id": str(event.event_id), "stream_id": entry, "provider": provider}
 
 

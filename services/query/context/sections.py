@@ -34,6 +34,26 @@ LIMIT $2
 """
 
 
+# The user's own keyed facts (Navi's ``facts.save(category, key, value)``), newest
+# first: a value such as "Bergen" alone shares no word and little meaning with "where
+# do I live?", so the search above does not find it; the profile is short and is
+# what this section is for (issue 29.15).
+KEYED_FACTS = """
+SELECT id, category, key, content FROM memory_items
+WHERE user_id = $1 AND category IS NOT NULL AND key IS NOT NULL AND status = 'active'
+  AND superseded_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+ORDER BY updated_at DESC, id
+LIMIT $2
+"""
+KEYED_LIMIT = 10
+
+
+def keyed_line(category: str, key: str, value: str) -> str:
+    """``location / home city: Bergen``."""
+    label = key.replace("_", " ")
+    return f"- {_line(f'{category} / {label}: {value}')}"
+
+
 def _line(text: str, limit: int = 400) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -95,13 +115,34 @@ async def assemble_sections(
             spec=CONTEXT_MEMORIES,
         )
         episodes = await conn.fetch(RECENT_EPISODES, user_id, LIMIT)
+        keyed = await conn.fetch(KEYED_FACTS, user_id, KEYED_LIMIT)
+    # the facts found for the message, then the rest of the profile; a keyed fact
+    # says its category and key ("location / home city: Bergen", not "Bergen")
+    labels = {r["id"]: keyed_line(r["category"], r["key"], r["content"]) for r in keyed}
+    found = {h.id for h in facts}
+    fact_rows = [(str(h.id), h.type, h.content, labels.get(h.id) or fact_line(h)) for h in facts]
+    fact_rows += [
+        (str(r["id"]), "fact", r["content"], labels[r["id"]]) for r in keyed if r["id"] not in found
+    ]
+    # Jarvus's own episodes (actions, feedback, workflow runs) and conversation
+    # sessions' summaries, each under a heading that says what it is
+    actions = [i for i, r in enumerate(episodes) if r["kind"] == "memory"]
+    sessions = [i for i, r in enumerate(episodes) if r["kind"] == "session"]
     fitted = fit_blocks(
         [
-            Block("facts", "User Preferences and Facts:", [fact_line(h) for h in facts]),
+            Block("facts", "User Preferences and Facts:", [row[3] for row in fact_rows]),
             Block(
                 "episodes",
                 "Recent User Actions and Feedback:",
-                [episode_line(r["content"], dict(r["data"] or {})) for r in episodes],
+                [
+                    episode_line(episodes[i]["content"], dict(episodes[i]["data"] or {}))
+                    for i in actions
+                ],
+            ),
+            Block(
+                "sessions",
+                "Recent Conversations:",
+                [episode_line(episodes[i]["content"], {}) for i in sessions],
             ),
             Block(
                 "procedures",
@@ -121,7 +162,7 @@ async def assemble_sections(
         warning=qv.warning,
         sections={
             "facts": [
-                {"id": str(facts[i].id), "type": facts[i].type, "content": facts[i].content}
+                {"id": fact_rows[i][0], "type": fact_rows[i][1], "content": fact_rows[i][2]}
                 for i in fitted.kept["facts"]
             ],
             "episodes": [
@@ -131,7 +172,10 @@ async def assemble_sections(
                     "content": episodes[i]["content"],
                     "at": episodes[i]["at"].isoformat(),
                 }
-                for i in fitted.kept["episodes"]
+                for i in sorted(
+                    [actions[k] for k in fitted.kept["episodes"]]
+                    + [sessions[k] for k in fitted.kept["sessions"]]
+                )
             ],
             "procedures": [
                 {

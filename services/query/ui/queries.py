@@ -120,15 +120,19 @@ SELECT id, role, content, occurred_at FROM messages WHERE user_id = $1 AND id = 
 """
 
 # One pass over the user's memories with subjects counts everyone's (not a probe per person).
+# first mentioned: the earliest turn a memory about them was learned from (the
+# conversation's time, not the day it was imported), else when the person was made
 PEOPLE = """
 WITH mentions AS (
-    SELECT s.person, count(*) AS memories
-    FROM memory_items m, unnest(m.subjects) AS s(person)
+    SELECT s.person, count(*) AS memories, min(t.occurred_at) AS first_turn
+    FROM memory_items m CROSS JOIN unnest(m.subjects) AS s(person)
+    LEFT JOIN messages t ON t.id = m.source_message_id AND t.user_id = m.user_id
     WHERE m.user_id = $1 AND m.subjects <> '{}'
     GROUP BY s.person
 )
 SELECT p.id, p.name, p.relation, p.aliases, p.created_at, p.updated_at,
-       coalesce(c.memories, 0) AS memories
+       coalesce(c.memories, 0) AS memories,
+       least(c.first_turn, p.created_at) AS first_mentioned
 FROM people p
 LEFT JOIN mentions c ON c.person = p.id
 WHERE p.user_id = $1

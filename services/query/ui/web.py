@@ -15,7 +15,11 @@ from jinja2 import select_autoescape
 
 PACKAGE = Path(__file__).resolve().parent.parent
 STATIC = PACKAGE / "static"
-STATIC_FILES = {"htmx.min.js": "text/javascript", "browser.css": "text/css"}
+STATIC_FILES = {
+    "htmx.min.js": "text/javascript",
+    "browser.css": "text/css",
+    "favicon.svg": "image/svg+xml",
+}
 
 templates = Jinja2Templates(directory=PACKAGE / "templates")
 templates.env.autoescape = select_autoescape(default=True, default_for_string=True)

@@ -11,6 +11,7 @@ from fastapi import APIRouter
 from services.query.api.routes import (
     admin,
     archive,
+    assets,
     chat_turns,
     checkpoints,
     context,
@@ -33,6 +34,7 @@ from services.query.api.routes import (
 
 ROUTERS: tuple[APIRouter, ...] = (
     index.router,
+    assets.router,
     me.router,
     memory.router,
     messages.router,
