@@ -15,6 +15,7 @@ user.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 import asyncpg
@@ -84,8 +85,8 @@ LIMIT $7
 _PUT_WRITE = """
 INSERT INTO checkpoint_writes
     (user_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, value, task_path)
-SELECT $1, $2, $3, $4, $5, w.idx, w.channel, w.value, $6
-FROM unnest($7::int[], $8::text[], $9::jsonb[]) AS w (idx, channel, value)
+SELECT $1, $2, $3, $4, $5, w.idx, w.channel, w.value::jsonb, $6
+FROM unnest($7::int[], $8::text[], $9::text[]) AS w (idx, channel, value)
 ON CONFLICT (user_id, thread_id, checkpoint_id, checkpoint_ns, task_id, idx) DO {action}
 """
 PUT_WRITES_KEEP = _PUT_WRITE.format(action="NOTHING")
@@ -212,7 +213,8 @@ async def put_writes(
             task_path,
             [w["idx"] for w in writes],
             [w["channel"] for w in writes],
-            [w["value"] for w in writes],
+            # as JSON text: a write's value may be JSON null, which is not SQL's NULL
+            [json.dumps(w["value"]) for w in writes],
         )
     return {"stored": int(status.split()[-1])}
 
