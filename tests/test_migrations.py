@@ -160,7 +160,9 @@ async def test_0110_merges_live_duplicates_and_moves_confidence_to_0_1(infra, tm
     episodes are left alone; saved confidences move from 0-100 to 0-1."""
     old = tmp_path / "old"
     shutil.copytree(MIGRATIONS_DIR, old)
-    (old / "0110_memory_confirmations.sql").unlink()
+    for later in old.glob("*.sql"):  # the schema as it was before 0110
+        if later.name >= "0110":
+            later.unlink()
     async with fresh_database(infra) as conn:
         await migrate(conn, embedding_dim=384, directory=old)
         await conn.execute("INSERT INTO users (id) VALUES ('tim'), ('ana')")
@@ -185,7 +187,11 @@ async def test_0110_merges_live_duplicates_and_moves_confidence_to_0_1(infra, tm
                 confidence,
                 days,
             )
-        assert await migrate(conn, embedding_dim=384) == ["0110_memory_confirmations"]
+        assert await migrate(conn, embedding_dim=384) == [
+            "0110_memory_confirmations",
+            "0120_graph_checkpoints",
+            "0130_webhooks",
+        ]
         live = await conn.fetch(
             "SELECT user_id, type, content, confirmations, jsonb_array_length(sources) AS n, "
             "confidence FROM memory_items WHERE status = 'active' ORDER BY user_id, content, type"

@@ -456,4 +456,5 @@ async def test_after_redis_comes_back_the_sweep_takes_lost_requests_at_once(
         orphans=True,
         orphan_age_s=AFTER_RESTART_S,
     )
+    await default_guards().settle()  # calls out of line ended
     assert [r["embedding_state"] for r in await states(pool, lost)] == ["ready"]

@@ -4,10 +4,9 @@ more of the hits, each cut shorter, instead of the first few long turns whole
 
 from __future__ import annotations
 
-from services.query.recall import QueryVector
-
 from services.query.context.auto import LINE_CHARS, MIN_LINE_CHARS, assemble_auto, line_chars
 from services.query.context.command import ContextQuery
+from services.query.embeddings.query import QueryVector
 from tests.query.helpers import unit
 from tests.retrieval.helpers import T, add_turns
 

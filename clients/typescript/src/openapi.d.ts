@@ -6210,6 +6210,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description No item at that namespace and key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {

@@ -281,6 +281,15 @@ def install(
         # a write racing the erasure of its user: the row it references is gone
         if erased_write(exc):
             return await erased(request, exc)
+        if isinstance(exc, asyncpg.TransactionRollbackError):
+            # PostgreSQL rolled the write back (a deadlock with another writer or with an
+            # erasure of the user, a serialization failure): nothing of it was stored
+            return _error(
+                409,
+                "this write raced another write (or an erasure of this user) and was rolled "
+                "back; nothing of it was stored: send it again",
+                {"Retry-After": "1"},
+            )
         return await crashed(request, exc)
 
     app.add_exception_handler(UserErased, erased)
