@@ -71,6 +71,10 @@ async def test_history_publishes_turns_the_pipeline_stores(
         ours = await mine.send(c.turns_publish("chat-1", "user", "x", external_message_id="x1"))
         their = await b.send(c.turns_publish("chat-1", "user", "y", external_message_id="y1"))
         assert ours.provider != their.provider
+    # clear what is stored: wait for "x" first, or ingest may store it after the clear
+    await wait_for(
+        lambda: _count(history, len(sent) + 2), timeout=30, interval=0.2, message="turn x"
+    )
     history.clear()
     assert history.messages == []
     assert [m.content for m in theirs.messages][0] == "I am someone else"
