@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -138,13 +139,20 @@ async def test_summary_and_facts_come_from_the_model(
         "SELECT summary FROM user_summaries WHERE user_id = $1", user_id
     )
     assert narrative == "Tim lives near Silver Spring and likes Celsius."
-    # the transcript the model saw follows Navi's rules
-    summary_prompt = next(p for p in llm.prompts() if "structured summary" in p)
+    # the transcript the model saw follows Navi's rules (this episode's: the extractor's
+    # start-up sweep may also summarise another test's idle episode in this database)
+    summary_prompt = next(
+        p for p in llm.prompts() if "structured summary" in p and "Silver Spring" in p
+    )
     assert "Tim: What's the weather in Silver Spring, MD?" in summary_prompt
     assert "Assistant: 22 degrees and sunny." in summary_prompt
-    facts_prompt = next(p for p in llm.prompts() if "extract any facts" in p)
+    facts_prompt = next(
+        p for p in llm.prompts() if "extract any facts" in p and "Silver Spring" in p
+    )
     assert "Monday 08 May 2023" in facts_prompt
-    assert 'engram_llm_tokens_total{kind="prompt",purpose="summary"} 400.0' in metrics
+    # 400 prompt tokens a summary (more when a swept foreign episode was summarised too)
+    tokens = re.search(r'engram_llm_tokens_total\{kind="prompt",purpose="summary"\} (\d+)', metrics)
+    assert tokens is not None and int(tokens.group(1)) % 400 == 0 and int(tokens.group(1)) > 0
 
 
 async def test_invalid_output_is_recorded_on_the_episode(
