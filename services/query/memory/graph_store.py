@@ -259,11 +259,20 @@ def _children(ns: str | None) -> str | None:
     return escaped + SEP + "%"
 
 
+def _value(data: dict[str, Any]) -> dict[str, Any]:
+    """An item's value: ``data.value``; a row written another way (a fact saved under the
+    store's category, or before values moved under ``value``) shows its data."""
+    value = data.get("value")
+    if isinstance(value, dict):
+        return value
+    return {k: v for k, v in data.items() if k != "replaced"}
+
+
 def item_dict(r: asyncpg.Record) -> dict[str, Any]:
     return {
         "namespace": r["namespace"].split(SEP),
         "key": r["key"],
-        "value": r["data"].get("value"),
+        "value": _value(r["data"]),
         "created_at": r["created_at"].isoformat(),
         "updated_at": r["updated_at"].isoformat(),
     }
