@@ -30,6 +30,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from engram_client import AsyncEngram, ClientPair, Engram, NotFound
 from engram_client.models import Checkpoint as Stored
+from engram_langgraph._clients import OnEngram
 
 FORMAT = "langgraph"
 """The ``format`` of a state this saver wrote (other checkpoints of a thread are skipped)."""
@@ -40,7 +41,7 @@ PAGE = 1000
 _PLAIN = ("v", "id", "ts", "channel_versions", "versions_seen", "updated_channels")
 
 
-class EngramSaver(BaseCheckpointSaver[int]):
+class EngramSaver(OnEngram, BaseCheckpointSaver[int]):
     """``EngramSaver(url, api_key)``: a LangGraph checkpointer, sync and async.
 
     ``user`` names the user an admin key acts for. Pass ready clients instead of
@@ -60,20 +61,6 @@ class EngramSaver(BaseCheckpointSaver[int]):
     ) -> None:
         super().__init__(serde=serde)
         self._clients = ClientPair(base_url, api_key, user=user, client=client, aclient=aclient)
-
-    @property
-    def client(self) -> Engram:
-        return self._clients.sync
-
-    @property
-    def aclient(self) -> AsyncEngram:
-        return self._clients.aio
-
-    def close(self) -> None:
-        self._clients.close()
-
-    async def aclose(self) -> None:
-        await self._clients.aclose()
 
     # --- encoding ---------------------------------------------------------------------
 

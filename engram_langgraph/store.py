@@ -29,9 +29,10 @@ from langgraph.store.base import (
 from engram_client import AsyncEngram, ClientPair, Engram, NotFound
 from engram_client import _calls as c
 from engram_client.models import StoreItem
+from engram_langgraph._clients import OnEngram
 
 
-class EngramStore(BaseStore):
+class EngramStore(OnEngram, BaseStore):
     """``EngramStore(url, api_key)``: LangGraph's long-term memory store, sync and async.
 
     ``user`` names the user an admin key acts for; or pass ready ``client`` /
@@ -48,20 +49,6 @@ class EngramStore(BaseStore):
         aclient: AsyncEngram | None = None,
     ) -> None:
         self._clients = ClientPair(base_url, api_key, user=user, client=client, aclient=aclient)
-
-    @property
-    def client(self) -> Engram:
-        return self._clients.sync
-
-    @property
-    def aclient(self) -> AsyncEngram:
-        return self._clients.aio
-
-    def close(self) -> None:
-        self._clients.close()
-
-    async def aclose(self) -> None:
-        await self._clients.aclose()
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         out: list[Result] = []

@@ -235,6 +235,34 @@ async def get_memory(conn: Executor, *, user_id: str, item_id: str | uuid.UUID) 
     return record_to_dict(row)
 
 
+async def _change_one(
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    *,
+    sql: str,
+    action: str,
+    change: str,
+    user_id: str,
+    item_id: str | uuid.UUID,
+    actor: str,
+) -> str:
+    """Archive or delete one of the user's memories (audited, announced); its id."""
+    key = parse_id(item_id)
+    async with pool.acquire() as conn, conn.transaction():
+        if await conn.fetchrow(sql, key, user_id) is None:
+            raise NotFound(f"no memory {item_id}")
+        await audit(
+            conn,
+            user_id=user_id,
+            actor=actor,
+            action=action,
+            entity=AUDIT_ENTITY,
+            entity_id=str(key),
+        )
+    await announce(publisher, user_id=user_id, ids=[key], change=change, embed=False)
+    return str(key)
+
+
 async def archive_memory(
     pool: asyncpg.Pool,
     publisher: Publisher,
@@ -243,21 +271,11 @@ async def archive_memory(
     item_id: str | uuid.UUID,
     actor: str = "api",
 ) -> Archived:
-    key = parse_id(item_id)
-    async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(ARCHIVE_ITEM, key, user_id)
-        if row is None:
-            raise NotFound(f"no memory {item_id}")
-        await audit(
-            conn,
-            user_id=user_id,
-            actor=actor,
-            action="archive",
-            entity=AUDIT_ENTITY,
-            entity_id=str(key),
-        )
-    await announce(publisher, user_id=user_id, ids=[key], change="archived", embed=False)
-    return Archived(id=str(key))
+    done = await _change_one(
+        pool, publisher, sql=ARCHIVE_ITEM, action="archive", change="archived",
+        user_id=user_id, item_id=item_id, actor=actor,
+    )  # fmt: skip
+    return Archived(id=done)
 
 
 async def delete_memory(
@@ -269,21 +287,11 @@ async def delete_memory(
     actor: str = "api",
 ) -> Deleted:
     """Hard delete (Jarvus 4.4); the vector lives in the row, so it goes with it."""
-    key = parse_id(item_id)
-    async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(DELETE_ITEM, key, user_id)
-        if row is None:
-            raise NotFound(f"no memory {item_id}")
-        await audit(
-            conn,
-            user_id=user_id,
-            actor=actor,
-            action="delete",
-            entity=AUDIT_ENTITY,
-            entity_id=str(key),
-        )
-    await announce(publisher, user_id=user_id, ids=[key], change="deleted", embed=False)
-    return Deleted(id=str(key))
+    done = await _change_one(
+        pool, publisher, sql=DELETE_ITEM, action="delete", change="deleted",
+        user_id=user_id, item_id=item_id, actor=actor,
+    )  # fmt: skip
+    return Deleted(id=done)
 
 
 async def list_themes(conn: Executor, *, user_id: str) -> Themes:
