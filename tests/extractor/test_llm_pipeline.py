@@ -205,6 +205,13 @@ async def test_the_sweeper_closes_idle_episodes_and_requeues_late_activity(
         late,
     )
 
+    # the sweep reads the whole database: episodes earlier tests left idle are not due
+    await pool.execute(
+        "UPDATE episodes SET status = 'closed', closed_at = coalesce(closed_at, last_active_at), "
+        "extracted_at = coalesce(extracted_at, now()), extracted_turn_count = turn_count, "
+        "extract_due = false WHERE user_id <> $1",
+        user_id,
+    )
     window = timedelta(minutes=30)
     first = await sweep(pool, publisher, idle=window)
     assert {(r.episode_id, r.reason) for r in first} == {(idle_open, "stale"), (late, "stale")}
