@@ -24,6 +24,7 @@ from services.query.memory.state import QueryState
 from services.query.memory.supersede import register as register_supersession
 from services.query.rpc import search as rpc
 from services.query.settings import QuerySettings
+from services.query.tools.memory import GUIDANCE
 from services.query.webhooks.sender import Sender
 from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
@@ -66,7 +67,7 @@ def create_app(
     )
     app.state.runtime = rt
     app.state.query = state
-    app.state.hint_cache = HintCache()
+    app.state.hint_cache = HintCache(GUIDANCE)
     add_ops_routes(app, rt)
     for router in (*routers(), ui.router):
         app.include_router(router)

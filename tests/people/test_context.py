@@ -7,6 +7,7 @@ import pytest
 
 from services.query.context.command import ContextQuery
 from services.query.context.theme_hints import HintCache, assemble_tools
+from services.query.tools.memory import GUIDANCE
 from shared.db import create_pool
 from shared.memory.writer import NewItem, insert_items
 from tests.people.conftest import DownEmbedder, as_user, make_app
@@ -150,7 +151,7 @@ async def test_tools_hints_are_cached_per_agent_run(text_api, pool):
 async def test_tools_policy_says_memory_is_unavailable_when_the_database_fails(infra, user_id):
     broken = await create_pool(infra.database_url, max_size=1)
     await broken.close()
-    out = await assemble_tools(broken, user_id, ContextQuery(policy="tools"), HintCache())
+    out = await assemble_tools(broken, user_id, ContextQuery(policy="tools"), HintCache(GUIDANCE))
     assert "Memory tools are unavailable" in out.text and out.warning
     assert "memory.search" not in out.text
 

@@ -7,10 +7,10 @@ import re
 import pytest
 
 from services.query.app import create_app
-from services.query.context.theme_hints import INSTRUCTIONS
 from services.query.memory.requests import CONFIDENCE_BY_SOURCE
 from services.query.settings import QuerySettings
 from services.query.tools import toolbox
+from services.query.tools.memory import GUIDANCE
 from services.query.tools.specs import signature
 from tests.query.helpers import auth
 from tests.support import running
@@ -56,8 +56,9 @@ def test_tool_parameters_are_the_models_fields():
 
 
 def test_the_context_guidance_names_real_arguments():
-    assert "memory.add(type, content, theme?)" in INSTRUCTIONS
-    assert "memory.get(item_id)" in INSTRUCTIONS
+    assert "memory.add(type, content, theme?)" in GUIDANCE.instructions
+    assert "memory.get(item_id)" in GUIDANCE.instructions
+    assert GUIDANCE.list_themes == "memory.list_themes()"
     with pytest.raises(KeyError):
         signature(toolbox.MEMORY, "get", ["id"])
 

@@ -9,6 +9,10 @@ When memory is off for the user or the database fails, a short "memory tools
 unavailable" block replaces it; when only the hints query fails, the hints are
 left out. Hints are fetched at most once per agent run (per user and day when
 the caller names no run).
+
+The guidance is written by the tools layer from the memory tool's spec
+(``services.query.tools.memory.GUIDANCE``), so the signatures it shows cannot
+drift from the tool; the composition root hands it in with the cache.
 """
 
 from __future__ import annotations
@@ -24,8 +28,6 @@ import asyncpg
 from services.query.context.budget import tokens
 from services.query.context.command import ContextQuery
 from services.query.context.models import ContextOut
-from services.query.tools.memory import MEMORY
-from services.query.tools.specs import signature
 from shared.db import Conn
 
 log = logging.getLogger(__name__)
@@ -36,23 +38,15 @@ TOP_THEMES = 10
 MIN_THEMES = 5
 THEME_CHARS = 48
 
-INSTRUCTIONS = "\n".join(
-    [
-        "## Memory",
-        "You have a long-term memory tool; use it rather than guessing about the user.",
-        f"- {signature(MEMORY, 'search', ['query', 'theme', 'types'])}: before answering "
-        "about the user's past, preferences or plans. query='*' or an empty query returns "
-        "the most recent items.",
-        f"- {signature(MEMORY, 'get', ['item_id'])}: read one item in full.",
-        f"- {signature(MEMORY, 'add', ['type', 'content', 'theme'])}: save durable facts, "
-        "preferences and decisions the user shares.",
-        f"- {signature(MEMORY, 'archive', ['item_id'])}: retire an item that is wrong or "
-        "out of date.",
-        "Searches return status=active items by default; status='any' includes archived ones.",
-    ]
-)
-"""The tool guidance; its call signatures come from the ``memory`` tool's models."""
-LIST_THEMES = signature(MEMORY, "list_themes", [])
+
+@dataclass(frozen=True)
+class Guidance:
+    """When to call which memory operation: the block's fixed part, no user content."""
+
+    instructions: str
+    list_themes: str
+    """The call that lists every theme (``memory.list_themes()``)."""
+
 
 UNAVAILABLE = """## Memory
 Memory tools are unavailable right now. Proceed without them: do not call memory tools, and do not claim to remember earlier conversations."""
@@ -87,9 +81,13 @@ class Hints:
 
 
 class HintCache:
-    """Theme hints per (user, agent run); bounded, entries live at most a day."""
+    """Theme hints per (user, agent run), bounded, entries live at most a day; with the
+    tool guidance the block opens with."""
 
-    def __init__(self, max_entries: int = 10_000, ttl_s: float = 86_400) -> None:
+    def __init__(
+        self, guidance: Guidance, max_entries: int = 10_000, ttl_s: float = 86_400
+    ) -> None:
+        self.guidance = guidance
         self._items: OrderedDict[tuple[str, str], tuple[float, Hints]] = OrderedDict()
         self._max = max_entries
         self._ttl = ttl_s
@@ -113,16 +111,17 @@ def _theme_name(name: str) -> str:
     return name if len(name) <= THEME_CHARS else name[: THEME_CHARS - 1] + "…"
 
 
-def render(hints: Hints | None) -> tuple[str, int]:
+def render(hints: Hints | None, guidance: Guidance) -> tuple[str, int]:
     """The block and how many themes it lists, within the size rules above."""
+    instructions, list_themes = guidance.instructions, guidance.list_themes
     if hints is None or not hints.themes:
-        return INSTRUCTIONS, 0
+        return instructions, 0
     lines = [f"  - {_theme_name(name)} ({count})" for _, name, count in hints.themes]
 
     def build(n: int) -> str:
-        parts = [INSTRUCTIONS, f"Available memory themes (top {n}):", *lines[:n]]
+        parts = [instructions, f"Available memory themes (top {n}):", *lines[:n]]
         if n < hints.total:
-            parts.append(f"More themes exist: call {LIST_THEMES} to see them all.")
+            parts.append(f"More themes exist: call {list_themes} to see them all.")
         return "\n".join(parts)
 
     # Aim at the target while at least MIN_THEMES remain; never pass the hard cap.
@@ -131,7 +130,7 @@ def render(hints: Hints | None) -> tuple[str, int]:
         n -= 1
     while n > 0 and len(build(n).encode()) > HARD_CAP_BYTES:
         n -= 1
-    text = build(n) if n > 0 else INSTRUCTIONS + f"\nCall {LIST_THEMES} to see the themes."
+    text = build(n) if n > 0 else instructions + f"\nCall {list_themes} to see the themes."
     assert len(text.encode()) <= HARD_CAP_BYTES
     return text, n
 
@@ -179,7 +178,7 @@ async def assemble_tools(
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         log.warning("memory database unavailable for the tools policy: %s", exc)
         return _unavailable(query, f"memory database unavailable ({type(exc).__name__})")
-    text, shown = render(hints)
+    text, shown = render(hints, cache.guidance)
     themes = [{"slug": s, "name": n, "active": c} for s, n, c in (hints.themes if hints else [])]
     return ContextOut(
         policy="tools",

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from services.query.context.theme_hints import Guidance
 from services.query.memory import facts as fs
 from services.query.memory import items as ms
 from services.query.memory.requests import (
@@ -24,7 +25,7 @@ from services.query.memory.requests import (
     SearchIn,
 )
 from services.query.tools.registry import Tool, ToolContext
-from services.query.tools.specs import Operation, ToolSpec
+from services.query.tools.specs import Operation, ToolSpec, signature
 
 
 class Nothing(BaseModel):
@@ -68,6 +69,27 @@ FACTS = ToolSpec(
         Operation("list", FactListIn, "returns stored facts."),
     ),
 )
+
+
+GUIDANCE = Guidance(
+    instructions="\n".join(
+        [
+            "## Memory",
+            "You have a long-term memory tool; use it rather than guessing about the user.",
+            f"- {signature(MEMORY, 'search', ['query', 'theme', 'types'])}: before answering "
+            "about the user's past, preferences or plans. query='*' or an empty query returns "
+            "the most recent items.",
+            f"- {signature(MEMORY, 'get', ['item_id'])}: read one item in full.",
+            f"- {signature(MEMORY, 'add', ['type', 'content', 'theme'])}: save durable facts, "
+            "preferences and decisions the user shares.",
+            f"- {signature(MEMORY, 'archive', ['item_id'])}: retire an item that is wrong or "
+            "out of date.",
+            "Searches return status=active items by default; status='any' includes archived ones.",
+        ]
+    ),
+    list_themes=signature(MEMORY, "list_themes", []),
+)
+"""The context's tool guidance (the ``tools`` policy), its call signatures from ``MEMORY``."""
 
 
 async def _search(ctx: ToolContext, body: SearchIn) -> dict[str, Any]:

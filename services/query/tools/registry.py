@@ -17,11 +17,12 @@ import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncpg
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from services.query.context.theme_hints import HintCache
 from services.query.embeddings.query import user_embedder
 from services.query.memory.state import QueryState
 from services.query.tools.specs import ToolSpec
@@ -30,9 +31,6 @@ from shared.memory.vectors import ModelEmbedder
 from shared.memory.writer import Chat
 from shared.storable import MAX_JSON_DEPTH, find_problem
 from shared.streams import Publisher
-
-if TYPE_CHECKING:  # the context's tool guidance reads the tools' specs: no import cycle
-    from services.query.context.theme_hints import HintCache
 
 
 class ToolError(Exception):
