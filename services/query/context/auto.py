@@ -35,6 +35,7 @@ from services.query.context.models import ContextOut
 from services.query.embeddings.query import QueryVector
 from services.query.people.recall import subject_people
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
+from services.query.ranking.search_text import lists_newest
 from services.query.ranking.specs import CONTEXT_TURNS
 from services.query.ranking.turns import MessageHit, rank_turns
 from shared.dates import asks_order
@@ -298,7 +299,7 @@ async def assemble_auto(
     chat = query.chat
 
     async def turn_part() -> list[Turn]:
-        if not query.message.strip():
+        if lists_newest(query.message):  # a blank message: nothing to be relevant to
             return []
         async with pool.acquire() as conn:
             limit = turn_hits(query.token_budget)

@@ -15,7 +15,9 @@ class ContextIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     message: Annotated[str, Field(max_length=20_000)] = Field(
-        default="", description="the user's message the context is for"
+        default="",
+        description="the user's message the context is for; blank or '*': nothing to "
+        "match (no past turns, the newest memories)",
     )
     chat: ChatIn | None = Field(default=None, description="the chat the message is in")
     policy: Policy = Field(

@@ -28,6 +28,7 @@ from typing import Protocol
 
 import asyncpg
 
+from services.query.ranking.search_text import lists_newest
 from shared.embeddings import DimensionTooLarge, Embedder, fit_to_column, resolve_embedder
 from shared.embeddings.guard import GuardedEmbedder, default_guards
 from shared.embeddings.local import LocalEmbedder
@@ -124,7 +125,7 @@ async def embed_query(embedder: ModelEmbedder | None, text: str, *, dim: int) ->
     short query on the local model is embedded on the loop (no thread hop); the vector
     is zero-padded to the column (a longer one raises ``DimensionTooLarge``); a
     provider failure becomes a warning, never an error."""
-    if embedder is None or not text.strip():
+    if embedder is None or lists_newest(text):
         return QueryVector(None, None, None)
     try:
         vectors = None

@@ -5,22 +5,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.query.memory.state import QueryState
 from services.query.ranking.episodes import recall_episodes
+from services.query.ranking.search_text import SearchText, described, lists_newest
 
 
 class RecallIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(
-        max_length=2000,
-        description="what to find in the episodes' summaries and turns; '*' = newest",
-    )
+    query: Annotated[
+        SearchText,
+        Field(description=described("what to find in the episodes' summaries and turns")),
+    ]
     limit: int = Field(default=10, ge=1, le=50, description="results, 1-50")
 
 
@@ -30,7 +31,7 @@ async def recall(
     """The user's episodes, best first, each with its user tag line
     (``[Tim] Checked weather for Silver Spring, MD``)."""
     vector = None
-    if query.strip() not in ("", "*"):
+    if not lists_newest(query):
         vector = await state.query_vector(pool, user_id=user_id, text=query)
     hits = await recall_episodes(
         pool,

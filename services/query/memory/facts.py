@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 
 from services.query.memory.items import announce
+from services.query.ranking.search_text import lists_newest
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
 from shared.memory.confidence import by_source
@@ -168,7 +169,7 @@ async def search_facts(
 ) -> list[dict[str, Any]]:
     """Vector matches (distance < 0.3) first, then trigram or ILIKE matches; a blank
     or ``*`` query gives the newest facts (``match`` ``newest``), as every search does."""
-    if query.strip() in ("", "*"):
+    if lists_newest(query):
         page = await list_facts(
             pool, user_id=user_id, limit=limit, sort_by="updated_at", sort_order="desc"
         )
@@ -241,7 +242,11 @@ async def list_facts(
     if statement is None:
         raise InvalidRequest(f"cannot sort facts by {sort_by!r} {sort_order!r}")
     rows = await pool.fetch(
-        statement, user_id, escape_like(search) if search else None, limit, offset
+        statement,
+        user_id,
+        None if search is None or lists_newest(search) else escape_like(search),
+        limit,
+        offset,
     )
     total = rows[0]["total"] if rows else 0
     return {

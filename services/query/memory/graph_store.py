@@ -27,6 +27,7 @@ import asyncpg
 from services.query.memory import items as ms
 from services.query.memory.state import QueryState
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
+from services.query.ranking.search_text import lists_newest
 from shared.errors import InvalidRequest, NotFound
 from shared.memory.writer import NewItem, insert_items, publish_written
 from shared.streams import Publisher
@@ -207,7 +208,7 @@ async def search(
     args = (user_id, ns, _children(ns), where.contains)
     wanted = offset + limit
     out: list[tuple[Any, dict[str, Any]]] = []
-    if query and query.strip() not in ("", "*"):
+    if query is not None and not lists_newest(query):
         params = SearchParams(
             query=query, limit=MAX_LIMIT, types=("other",), include_superseded=True
         )

@@ -17,6 +17,7 @@ import asyncpg
 from services.query.memory import items as ms
 from services.query.memory.state import QueryState
 from services.query.ranking.memories import SearchParams
+from services.query.ranking.search_text import lists_newest
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
 from shared.memory.writer import AUDIT_ENTITY, MemoryType
@@ -246,7 +247,7 @@ async def retrieve(
     """Memories of one kind, most relevant first; marks them accessed."""
     types = KIND_TYPES[kind]
     ranked: list[tuple[float, asyncpg.Record]] = []
-    if query and query.strip() not in ("", "*"):
+    if query is not None and not lists_newest(query):
         params = SearchParams(query=query, limit=limit, types=types, namespace=namespace)
         result = await state.search(pool, params, user_id=user_id)
         scores = {h.id: h.score for h in result.hits}
@@ -255,7 +256,7 @@ async def retrieve(
         ranked.sort(key=lambda sr: (-sr[0], -sr[1]["importance"], _accessed_desc(sr[1])))
     if len(ranked) < limit:
         seen = [r["id"] for _, r in ranked]
-        substring = query.strip() if query and query.strip() not in ("", "*") else None
+        substring = None if lists_newest(query) else (query or "").strip()
         rows = await pool.fetch(
             TYPED,
             user_id,

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.query.memory.checkpoints import MAX_STEP
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
+from services.query.ranking.search_text import OptionalSearchText, SearchText, described
 from shared.memory.confidence import DEFAULT_CONFIDENCE, SOURCE_CONFIDENCE
 from shared.memory.writer import MemoryType
 
@@ -23,9 +24,7 @@ class Body(BaseModel):
 
 
 class SearchIn(Body):
-    query: Annotated[
-        str, Field(max_length=2000, description="words to find; '*' or empty = newest first")
-    ] = ""
+    query: SearchText = ""
     limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="results, 1-50")] = 10
     theme: str | None = Field(default=None, description="only this theme (slug)")
     types: list[MemoryType] | None = Field(default=None, description="only these types")
@@ -90,9 +89,7 @@ class FactIn(Body):
 
 
 class FactSearchIn(Body):
-    query: Annotated[
-        str, Field(max_length=2000, description="what to look for; '*' or empty = newest first")
-    ]
+    query: SearchText
     limit: Annotated[int, Field(ge=1, le=100)] = 15
 
 
@@ -106,7 +103,9 @@ class FactListIn(Body):
     offset: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
     sort_by: SortBy = "category"
     sort_order: Literal["asc", "desc"] = "desc"
-    search: Annotated[str | None, Field(max_length=200)] = None
+    search: Annotated[
+        OptionalSearchText, Field(description=described("only facts whose key or value holds this"))
+    ] = None
 
 
 class SummaryIn(Body):

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.query.people.recall import recall
 from services.query.people.remember import MAX_DAYS, Fact, Remembered, remember
+from services.query.ranking.search_text import SearchText, described
 from shared.dates import AS_OF_TEXT, AsOf
 from shared.memory.membership import require_member
 from shared.memory.vectors import ModelEmbedder
@@ -107,7 +108,7 @@ class RememberIn(BaseModel):
 class RecallIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: Annotated[str, Field(max_length=2_000, description="What to search for")]
+    query: Annotated[SearchText, Field(description=described("what to search for"))]
     about: Annotated[str, Field(max_length=200)] | None = Field(
         default=None, description="Filter to person (e.g., 'my wife', 'Sarah')"
     )

@@ -18,13 +18,13 @@ import asyncpg
 
 from services.query.embeddings.query import QueryVector, embed_query
 from services.query.ranking.recall import MemoryHit, hit_json, is_member, search_memories
+from services.query.ranking.search_text import MAX_SEARCH_CHARS
 from shared.db import Executor
 from shared.errors import InvalidRequest
 from shared.memory.people import Person, find_person, people_by_id
 from shared.memory.vectors import ModelEmbedder
 from shared.memory.writer import Chat
 
-MAX_QUERY = 2_000
 MAX_LIMIT = 100
 
 
@@ -84,8 +84,8 @@ async def recall(
     as_of: datetime | None = None,
 ) -> Recalled:
     """Search ``user_id``'s visible memories for ``query``; see the module doc."""
-    if len(query) > MAX_QUERY:
-        raise InvalidRequest(f"a query is at most {MAX_QUERY} characters")
+    if len(query) > MAX_SEARCH_CHARS:
+        raise InvalidRequest(f"a query is at most {MAX_SEARCH_CHARS} characters")
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}")
     qv = await embed_query(embedder, query, dim=embedding_dim)

@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from services.query.ranking.fusion import Candidate, RankSpec, fuse, ranked
+from services.query.ranking.search_text import lists_newest
 from services.query.ranking.specs import NOUS_EPISODES
 from services.query.ranking.sql import or_tsquery
 from services.query.ranking.turns import rank_turns
@@ -138,7 +139,7 @@ async def recall_episodes(
 
     ``visible_users=None`` reads across users: only for an authorised admin call."""
     users = list(visible_users) if visible_users is not None else None
-    text = query if query.strip() not in ("", "*") else ""
+    text = "" if lists_newest(query) else query
     vec = list(query_vector) if query_vector is not None else None
     rows: list[Any]
     if not text and vec is None:

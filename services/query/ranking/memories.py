@@ -42,6 +42,7 @@ from typing import Any, Literal
 import asyncpg
 
 from services.query.ranking.fusion import Candidate, fuse, ranked
+from services.query.ranking.search_text import lists_newest
 from services.query.ranking.specs import NOVA
 from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.db import Conn, Executor
@@ -218,7 +219,7 @@ class SearchParams:
 
     @property
     def match_all(self) -> bool:
-        return self.query.strip() in ("", "*")
+        return lists_newest(self.query)
 
 
 @dataclass(frozen=True)

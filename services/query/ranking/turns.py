@@ -34,6 +34,7 @@ from typing import Any, Literal
 import asyncpg
 
 from services.query.ranking.fusion import Candidate, RankSpec, answer_of, fuse, ranked
+from services.query.ranking.search_text import lists_newest
 from services.query.ranking.specs import MESSAGE_MODES, MessageMode
 from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.dates import around_event, event_anchors, periods, relative
@@ -350,7 +351,7 @@ async def search_messages(
     """Search ``user_id``'s turns under the mode's spec. ``vector`` is the query
     embedding, or None (full-text only). A blank or ``*`` query gives the newest
     turns (mode ``newest``), as every search of the API does."""
-    if q.query.strip() in ("", "*"):
+    if lists_newest(q.query):
         rows = await pool.fetch(NEWEST, user_id, q.chat_id, q.episode_id, q.since, q.until, q.limit)
         return MessageResult("newest", [_newest(r) for r in rows])
     mode: Mode = q.mode

@@ -24,6 +24,7 @@ from services.query.memory.requests import (
     ItemIn,
     SearchIn,
 )
+from services.query.ranking.search_text import lists_newest
 from services.query.tools.registry import Tool, ToolContext
 from services.query.tools.specs import Operation, ToolSpec, signature
 
@@ -126,7 +127,7 @@ async def _save_fact(ctx: ToolContext, fact: FactIn) -> dict[str, Any]:
 
 async def _search_facts(ctx: ToolContext, q: FactSearchIn) -> dict[str, Any]:
     vector = None
-    if q.query.strip() not in ("", "*"):  # else the newest facts: nothing to embed
+    if not lists_newest(q.query):  # else the newest facts: nothing to embed
         vector = await ctx.state.query_vector(ctx.pool, user_id=ctx.user_id, text=q.query)
     return {
         "facts": await fs.search_facts(

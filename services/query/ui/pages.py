@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse
 
 from services.query.api.deps import Pool, State
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
+from services.query.ranking.search_text import MAX_SEARCH_CHARS, lists_newest
 from services.query.ui import queries as q
 from services.query.ui.session import ViewerDep
 from services.query.ui.web import error_page, is_htmx, render
@@ -24,7 +25,6 @@ router = APIRouter()
 STATES = ("current", "superseded", "expired")
 EMBEDDING_STATES = ("pending", "ready", "error")
 REVIEW_STATUSES = ("pending", "accepted", "rejected")
-MAX_QUERY = 500
 
 
 class BadInput(ValueError):
@@ -104,8 +104,8 @@ async def memories(
         )
         after = _cursor(p.get("after"))
         text = (p.get("q") or "").strip()
-        if len(text) > MAX_QUERY:
-            raise BadInput(f"the search text is longer than {MAX_QUERY} characters")
+        if len(text) > MAX_SEARCH_CHARS:
+            raise BadInput(f"the search text is longer than {MAX_SEARCH_CHARS} characters")
     except BadInput as exc:
         return error_page(request, str(exc), status_code=400)
 
@@ -120,7 +120,7 @@ async def memories(
     }
     ctx = _base(viewer, "memories")
     ctx.update(params=params, where=where, search_mode=None, next=None)
-    if text:
+    if not lists_newest(text):
         # The hybrid search of the agent API; the browser shows archived and
         # superseded matches too when asked, then narrows by its other filters.
         result = await state.search(

@@ -12,6 +12,7 @@ from services.query.api.deps import Pool, Pub, State
 from services.query.api.edges import NAMED_IN_BODY
 from services.query.memory import facts as fs
 from services.query.memory.requests import FactIn, FactListIn, FactSearchIn, ForgetIn, SummaryIn
+from services.query.ranking.search_text import lists_newest
 
 router = APIRouter(prefix="/v1/facts", tags=["facts (Navi)"])
 
@@ -30,7 +31,7 @@ async def search(
     body: FactSearchIn, request: Request, user_id: UserId, pool: Pool, state: State
 ) -> dict[str, Any]:
     vector = None
-    if body.query.strip() not in ("", "*"):  # else the newest facts: nothing to embed
+    if not lists_newest(body.query):  # else the newest facts: nothing to embed
         vector = await state.query_vector(pool, user_id=user_id, text=body.query)
     facts = await fs.search_facts(
         pool,

@@ -12,6 +12,7 @@ from services.query.api.auth import UserId
 from services.query.api.deps import Pool, Pub, State
 from services.query.api.edges import ErrorOut
 from services.query.memory import graph_store as gs
+from services.query.ranking.search_text import OptionalSearchText
 
 router = APIRouter(prefix="/v1/store", tags=["store (LangGraph)"])
 
@@ -38,7 +39,7 @@ class ItemIn(ItemKeyIn):
 
 class StoreSearchIn(_Body):
     namespace_prefix: Annotated[list[Label], Field(max_length=20)] = []
-    query: Annotated[str | None, Field(max_length=2000)] = None
+    query: OptionalSearchText = None
     filter: dict[str, Any] | None = Field(
         default=None, description='values that contain this ({"field": value} or $eq)'
     )

@@ -14,11 +14,14 @@ from services.query.api.edges import NAMED_IN_BODY
 from services.query.memory import items as ms
 from services.query.memory import jarvus as js
 from services.query.memory.requests import ActionIn, FeedbackIn, StoreIn, WorkflowIn
+from services.query.ranking.search_text import MAX_SEARCH_CHARS, described
 
 router = APIRouter(prefix="/v1/jarvus", tags=["agent memory (Jarvus)"])
 
 Limit = Annotated[int, Query(ge=1, le=50, description="results, 1-50")]
-QueryText = Annotated[str | None, Query(max_length=2000, description="what to look for")]
+QueryText = Annotated[
+    str | None, Query(max_length=MAX_SEARCH_CHARS, description=described("what to look for"))
+]
 Namespace = Annotated[str, Query(min_length=1, max_length=255)]
 
 

@@ -13,6 +13,7 @@ from services.query.api import responses as R
 from services.query.api.auth import UserId
 from services.query.api.deps import Pool, State
 from services.query.ranking import turns as ms
+from services.query.ranking.search_text import SearchText, lists_newest
 from shared.dates import AS_OF_TEXT, AsOf
 
 router = APIRouter(prefix="/v1/messages", tags=["messages"])
@@ -21,9 +22,7 @@ router = APIRouter(prefix="/v1/messages", tags=["messages"])
 class MessageSearchIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: Annotated[
-        str, Field(max_length=2000, description="what to find; '*' or empty = newest first")
-    ]
+    query: SearchText
     limit: Annotated[int, Field(ge=1, le=ms.MAX_LIMIT, description="results, 1-50")] = 10
     mode: ms.Mode = Field(
         default=ms.DEFAULT_MODE,
@@ -60,7 +59,7 @@ async def search(
 ) -> dict[str, Any]:
     q = body.query_()
     vector = None
-    if ms.FUSIONS[q.mode].w_sem > 0 and q.query.strip() not in ("", "*"):
+    if ms.FUSIONS[q.mode].w_sem > 0 and not lists_newest(q.query):
         vector = await state.query_vector(pool, user_id=user_id, text=q.query)
     result = await ms.search_messages(pool, q, user_id=user_id, vector=vector)
     state.message_searches.labels(result.mode).inc()
