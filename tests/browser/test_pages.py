@@ -17,7 +17,7 @@ from shared.embeddings.crypto import signing_key
 from shared.memory.writer import NewItem, insert_items
 from tests.browser.seed import EMBED_ERROR, Seeded, seed_user
 from tests.embedder.conftest import add_messages
-from tests.query.helpers import resolver_for
+from tests.query.helpers import FixedEmbedder, resolver_for, set_vector, unit
 from tests.support import running
 
 PAGES = [
@@ -305,3 +305,40 @@ async def test_a_persons_first_mention_is_the_conversations_time_not_the_import(
     row = page[page.index(f"Sarah{alice.marker}") :]
     row = row[: row.index("</tr>")]
     assert "2023-05-08" in row, row
+
+
+async def test_search_lists_only_relevant_matches_not_fifty_rows_down_to_score_zero(
+    make_settings: Callable[..., Any], pool: asyncpg.Pool
+) -> None:
+    """Issue 29.19: the search box's floor is the context's relevance (cosine >= 0.3 or a
+    word of the query): a query that means nothing to the memories lists none of them,
+    a real one still finds its memory."""
+    user = f"floor-{uuid.uuid4().hex[:8]}"
+    await pool.execute("INSERT INTO users (id) VALUES ($1)", user)
+    tea = unit(1)
+    asked = "what do I have at breakfast"
+    async with pool.acquire() as conn:
+        await insert_items(
+            conn,
+            user,
+            [NewItem(type="fact", content=f"note number {i} about errands") for i in range(30)]
+            + [NewItem(type="preference", content="green tea first thing")],
+            actor="test",
+        )
+    for n, r in enumerate(
+        await pool.fetch("SELECT id, content FROM memory_items WHERE user_id = $1", user)
+    ):
+        await set_vector(pool, r["id"], tea if "tea" in r["content"] else unit(100 + n))
+    # the real question is near the tea memory (cosine ~0.96); any other text gets an
+    # unrelated vector (cosine ~0 +- 0.05 with every memory)
+    embedder = FixedEmbedder({asked: unit(2, near=tea, noise=0.3)})
+    app = create_app(make_settings(QuerySettings), resolver=resolver_for(embedder))
+    async with running(app) as client:
+        await login(client, pool, user)
+        nonsense = await client.get("/ui/memories", params={"q": "zorblax quintessa"})
+        real = await client.get("/ui/memories", params={"q": asked})
+    assert nonsense.status_code == 200 and real.status_code == 200
+    assert "0 best matches for" in nonsense.text, nonsense.text[:2000]
+    assert "errands" not in nonsense.text and "0.000</td>" not in nonsense.text
+    assert "1 best match for" in real.text and "green tea first thing" in real.text
+    assert "errands" not in real.text

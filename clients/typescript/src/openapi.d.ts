@@ -1202,7 +1202,7 @@ export interface components {
         AdminSearchIn: {
             /**
              * Query
-             * @description words to find; '*' or empty = newest first
+             * @description what to find; empty, blank or '*' = the newest first
              * @default
              */
             query?: string;
@@ -1350,7 +1350,7 @@ export interface components {
         ContextIn: {
             /**
              * Message
-             * @description the user's message the context is for
+             * @description the user's message the context is for; blank or '*': nothing to match (no past turns, the newest memories)
              * @default
              */
             message?: string;
@@ -1753,7 +1753,7 @@ export interface components {
         FactSearchIn: {
             /**
              * Query
-             * @description what to look for; '*' or empty = newest first
+             * @description what to find; empty, blank or '*' = the newest first
              */
             query: string;
             /**
@@ -2038,7 +2038,7 @@ export interface components {
         MessageSearchIn: {
             /**
              * Query
-             * @description what to find; '*' or empty = newest first
+             * @description what to find; empty, blank or '*' = the newest first
              */
             query: string;
             /**
@@ -2548,7 +2548,7 @@ export interface components {
         SearchIn: {
             /**
              * Query
-             * @description words to find; '*' or empty = newest first
+             * @description what to find; empty, blank or '*' = the newest first
              * @default
              */
             query?: string;
@@ -2729,7 +2729,10 @@ export interface components {
              * @default []
              */
             namespace_prefix?: string[];
-            /** Query */
+            /**
+             * Query
+             * @description what to find; empty, blank or '*' = the newest first
+             */
             query?: string | null;
             /**
              * Filter
@@ -3094,7 +3097,7 @@ export interface components {
         services__query__episodes__recall__RecallIn: {
             /**
              * Query
-             * @description what to find in the episodes' summaries and turns; '*' = newest
+             * @description what to find in the episodes' summaries and turns; empty, blank or '*' = the newest first
              */
             query: string;
             /**
@@ -3175,7 +3178,7 @@ export interface components {
         services__query__people__calls__RecallIn: {
             /**
              * Query
-             * @description What to search for
+             * @description what to search for; empty, blank or '*' = the newest first
              */
             query: string;
             /**
@@ -3906,6 +3909,7 @@ export interface operations {
                 offset?: number;
                 sort_by?: "category" | "key" | "created_at" | "updated_at" | "confidence";
                 sort_order?: "asc" | "desc";
+                /** @description only facts whose key or value holds this; empty, blank or '*' = all */
                 search?: string | null;
             };
             header?: never;
@@ -4753,7 +4757,7 @@ export interface operations {
     episodes_v1_jarvus_episodes_get: {
         parameters: {
             query?: {
-                /** @description what to look for */
+                /** @description what to look for; empty, blank or '*' = the newest first */
                 query?: string | null;
                 /** @description results, 1-50 */
                 limit?: number;
@@ -4825,7 +4829,7 @@ export interface operations {
     facts_v1_jarvus_facts_get: {
         parameters: {
             query?: {
-                /** @description what to look for */
+                /** @description what to look for; empty, blank or '*' = the newest first */
                 query?: string | null;
                 /** @description results, 1-50 */
                 limit?: number;
@@ -4897,7 +4901,7 @@ export interface operations {
     procedures_v1_jarvus_procedures_get: {
         parameters: {
             query?: {
-                /** @description what to look for */
+                /** @description what to look for; empty, blank or '*' = the newest first */
                 query?: string | null;
                 /** @description results, 1-50 */
                 limit?: number;
@@ -7155,6 +7159,7 @@ export interface operations {
                 offset?: number;
                 sort_by?: "category" | "key" | "created_at" | "updated_at" | "confidence";
                 sort_order?: "asc" | "desc";
+                /** @description only facts whose key or value holds this; empty, blank or '*' = all */
                 search?: string | null;
             };
             header?: never;

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.query.memory.checkpoints import MAX_STEP
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
-from services.query.ranking.search_text import OptionalSearchText, SearchText, described
+from services.query.ranking.search_text import OptionalSearchText, SearchText
 from shared.memory.confidence import DEFAULT_CONFIDENCE, SOURCE_CONFIDENCE
 from shared.memory.writer import MemoryType
 
@@ -104,7 +104,8 @@ class FactListIn(Body):
     sort_by: SortBy = "category"
     sort_order: Literal["asc", "desc"] = "desc"
     search: Annotated[
-        OptionalSearchText, Field(description=described("only facts whose key or value holds this"))
+        OptionalSearchText,
+        Field(description="only facts whose key or value holds this; empty, blank or '*' = all"),
     ] = None
 
 

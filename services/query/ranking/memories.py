@@ -41,9 +41,9 @@ from typing import Any, Literal
 
 import asyncpg
 
-from services.query.ranking.fusion import Candidate, fuse, ranked
+from services.query.ranking.fusion import Candidate, RankSpec, fuse, ranked
 from services.query.ranking.search_text import lists_newest
-from services.query.ranking.specs import NOVA
+from services.query.ranking.specs import NOVA, NOVA_RELEVANT
 from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.db import Conn, Executor
 from shared.embeddings import vector_index
@@ -216,6 +216,12 @@ class SearchParams:
     status: Status = "active"
     include_superseded: bool = False
     namespace: str | None = None
+    relevant_only: bool = False
+    """Only matches relevant by the context's rule (``NOVA_RELEVANT``): the browser's."""
+
+    @property
+    def spec(self) -> RankSpec:
+        return NOVA_RELEVANT if self.relevant_only else NOVA
 
     @property
     def match_all(self) -> bool:
@@ -304,7 +310,10 @@ async def search(
     lexical_sql = STATEMENTS[(scope, "lexical")]
     if vector is None:
         return fuse_hits(
-            list(await conn.fetch(lexical_sql, *filters, params.query)), [], params.limit
+            list(await conn.fetch(lexical_sql, *filters, params.query)),
+            [],
+            params.limit,
+            spec=params.spec,
         )
     if scope == "user" and not await uses_index(conn, user_id):
         both = await conn.fetch(STATEMENTS[(scope, "both_exact")], *filters, params.query, vector)
@@ -312,6 +321,7 @@ async def search(
             [r for r in both if r["signal"] == 0],
             [r for r in both if r["signal"] == 1],
             params.limit,
+            spec=params.spec,
         )
     if isinstance(conn, asyncpg.Pool):
         pool = conn
@@ -329,7 +339,7 @@ async def search(
     else:
         lex = list(await conn.fetch(lexical_sql, *filters, params.query))
         sem = await semantic_candidates(conn, scope, user_id, filters, vector)
-    return fuse_hits(lex, sem, params.limit)
+    return fuse_hits(lex, sem, params.limit, spec=params.spec)
 
 
 async def semantic_candidates(
@@ -343,9 +353,14 @@ async def semantic_candidates(
 
 
 def fuse_hits(
-    lexical: list[asyncpg.Record], semantic: list[asyncpg.Record], limit: int
+    lexical: list[asyncpg.Record],
+    semantic: list[asyncpg.Record],
+    limit: int,
+    *,
+    spec: RankSpec = NOVA,
 ) -> SearchResult:
-    """Nova's hybrid score over the union of both signals' candidates (``NOVA``).
+    """Nova's hybrid score over the union of both signals' candidates (``NOVA``, or
+    ``NOVA_RELEVANT``: the same, only the relevant candidates).
 
     Each signal is min-max normalised over its candidates (a row the other
     signal found but this one did not scores 0 on it), then
@@ -373,8 +388,8 @@ def fuse_hits(
     for pos, r in enumerate(semantic, 1):
         cands[r["id"]].distance, cands[r["id"]].sem_pos = float(r["dist"]), pos
     best = ranked(
-        NOVA,
-        fuse(NOVA, cands.values()),
+        spec,
+        fuse(spec, cands.values()),
         limit,
         tie=lambda c: (-rows[c.id]["created_at"].timestamp(), c.id),
     )

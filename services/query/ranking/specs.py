@@ -2,11 +2,13 @@
 
 A seed's rule is a field here, not a code path (``fusion.py`` reads them all):
 
-- ``NOVA``: memory search (API, tools, the browser's search box, admin, the
+- ``NOVA``: memory search (API, tools, admin, the
   request/reply search): 70% semantic (``1/(1+d)``) + 30% ``ts_rank``, min-max
   over the union of each signal's top 50; a memory unread for long fades, down
   to 1 - 0.4 x (1 - importance) of its score (half-life 90 days since last read,
   or since stored if never read; Jarvus's importance and last access);
+- ``NOVA_RELEVANT``: the browser's search box: ``NOVA`` over only the relevant
+  candidates (cosine >= 0.3, Ash's threshold as the context uses it, or a word);
 - ``ASH_RECALL``: ``/v1/recall``: 0.7 x cosine + 0.3 x ``rank/(rank+1)``; the
   nearest, the matching and the newest rows are candidates; top N;
 - ``CONTEXT_MEMORIES``: ``/v1/context`` memories: Ash's formula, but only
@@ -41,6 +43,11 @@ NOVA = RankSpec(
     fade=0.4,
     fade_half_life_days=90.0,
 )
+
+NOVA_RELEVANT = NOVA.but(name="memory.search.relevant", min_similarity=MIN_MESSAGE_SIMILARITY)
+"""The memory browser's search box: Nova's ranking of only the relevant matches, by
+the relevance the context uses (``MemoryHit.relevant``): cosine similarity at least
+``MIN_MESSAGE_SIMILARITY`` (0.3), or a word of the query in the memory."""
 
 ASH_RECALL = RankSpec(
     "recall",

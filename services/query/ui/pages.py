@@ -132,6 +132,7 @@ async def memories(
                 types=(where.type,) if where.type else None,
                 status="any" if where.include_archived else "active",
                 include_superseded=True,
+                relevant_only=True,  # no floor of 0.000 matches: only the relevant ones
             ),
             user_id=viewer.user_id,
         )
