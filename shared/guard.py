@@ -100,6 +100,7 @@ class Guards:
         self._busy: dict[str, int] = {}
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._detached: dict[asyncio.Task[Any], tuple[str, frozenset[str]]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
 
     def circuit(self, key: str) -> Circuit:
         found = self._circuits.get(key)
@@ -128,6 +129,17 @@ class Guards:
         self._detached[task] = (key, owners)
         task.add_done_callback(self._finished)
 
+    def background(self, task: asyncio.Task[Any]) -> None:
+        """Keep ``task`` (bookkeeping for an endpoint, not a call to it: it counts in no
+        share) alive until it ends; :meth:`settle` waits for it, :meth:`aclose` cancels it."""
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("background work for an endpoint failed: %r", task.exception())
+
     def out_of_line(self, key: str) -> int:
         """Calls to ``key`` taken out of line and not finished yet."""
         return sum(1 for k, _ in self._detached.values() if k == key)
@@ -148,11 +160,11 @@ class Guards:
 
     async def settle(self) -> None:
         """Wait until every call out of line now has ended (its outcome stored)."""
-        await asyncio.gather(*self._detached, return_exceptions=True)
+        await asyncio.gather(*self._detached, *self._background, return_exceptions=True)
 
     async def aclose(self) -> None:
         """Cancel what runs out of line (its rows are leased: the retry sweep has them)."""
-        tasks = list(self._detached)
+        tasks = [*self._detached, *self._background]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

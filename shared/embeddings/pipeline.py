@@ -23,7 +23,7 @@ slots (``Guards.per_endpoint``, not the shared ``parallel``) and stores its own
 outcome, and the read goes on at once. Per endpoint, and per user whichever
 endpoints (a user who keeps changing their URL makes a new endpoint each time),
 ``QUEUED_PER_SLOT`` calls per slot wait or run; rows beyond that are deferred at
-once.
+once, that write also off the read (``Guards.background``).
 """
 
 from __future__ import annotations
@@ -157,14 +157,17 @@ async def embed_items(
                 ran = _out_of_line(
                     pool, work, key, config.provider, chunk, options, obs, guards, late
                 )
-                if ran is not None:
-                    total.add(ran)
-                    continue
-                inline.append(
-                    asyncio.create_task(
-                        _defer(pool, chunk, SLOW_ENDPOINT, options, obs, config.provider)
+                if ran is None:
+                    # The endpoint (or user) has its share out of line: its rows wait for
+                    # the retry sweep, written off the read too (a read never waits for
+                    # this endpoint's bookkeeping, however busy the database is).
+                    guards.background(
+                        asyncio.create_task(
+                            _defer(pool, chunk, SLOW_ENDPOINT, options, obs, config.provider)
+                        )
                     )
-                )
+                    ran = Outcome(deferred=len(chunk))
+                total.add(ran)
             else:
                 inline.append(asyncio.create_task(_guarded(slots, work)))
     for outcome in await asyncio.gather(*inline):

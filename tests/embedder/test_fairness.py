@@ -233,34 +233,49 @@ async def test_another_users_live_turns_keep_their_pace_beside_a_hanging_or_rota
         await _use(pool, other, fast.url, es)
         await _use(pool, noisy, hanging.url, es)
         publisher = Publisher(redis, es)
-        window = 12.0
-        p95: dict[str, float] = {}
+        # Every case in every round, side by side: a machine whose load changes from one
+        # minute to the next (other test runs) loads each case alike. One 12 s baseline
+        # before 12 s of each noisy case measured them under different loads and once
+        # missed 1.5x for it. Rounds after the first keep the noisy user's earlier calls
+        # in flight (a 120 s deadline), quiet: "alone" is without the noisy user's traffic.
+        window, rounds = 4.0, 3
+        samples: dict[str, list[float]] = {"alone": [], "hanging": [], "rotating": []}
+        rotations = 0
+
+        async def noise(case: str, stop: asyncio.Event) -> None:
+            nonlocal rotations
+            n, rotated = 0, time.monotonic()
+            while not stop.is_set():
+                if case == "rotating" and time.monotonic() - rotated >= 3.0:
+                    # a new URL: another endpoint key, circuit and client
+                    rotations += 1
+                    await _use(pool, noisy, f"{hanging.url}/r{rotations}", es)
+                    rotated = time.monotonic()
+                ids = await add_messages(pool, noisy, [f"noisy {case} {n}"])
+                await publisher.publish("embed", _requests(noisy, ids))
+                n += 1
+                await asyncio.sleep(0.3)
+
         async with running(embedder_app(es)):
             await _live_turns(pool, publisher, other, 0, 1.0)  # warm-up
-            p95["alone"] = _p95(await _live_turns(pool, publisher, other, 100, window))
-            for case in ("hanging", "rotating"):
-                stop = asyncio.Event()
-
-                async def noise(case: str = case, stop: asyncio.Event = stop) -> None:
-                    n, rotated = 0, time.monotonic()
-                    while not stop.is_set():
-                        if case == "rotating" and time.monotonic() - rotated >= 3.0:
-                            # a new URL: another endpoint key, circuit and client
-                            await _use(pool, noisy, f"{hanging.url}/r{n}", es)
-                            rotated = time.monotonic()
-                        ids = await add_messages(pool, noisy, [f"noisy {case} {n}"])
-                        await publisher.publish("embed", _requests(noisy, ids))
-                        n += 1
-                        await asyncio.sleep(0.3)
-
-                task = asyncio.create_task(noise())
-                try:
-                    await asyncio.sleep(0.5)  # the noisy user's first calls are in flight
-                    tag = 1000 * len(p95)
-                    p95[case] = _p95(await _live_turns(pool, publisher, other, tag, window))
-                finally:
-                    stop.set()
-                    await task
+            tag = 100
+            for _ in range(rounds):
+                for case in samples:
+                    tag += 1000
+                    if case == "alone":
+                        samples[case] += await _live_turns(pool, publisher, other, tag, window)
+                        continue
+                    await _use(pool, noisy, hanging.url, es)
+                    stop = asyncio.Event()
+                    task = asyncio.create_task(noise(case, stop))
+                    try:
+                        await asyncio.sleep(0.5)  # the noisy user's first calls are in flight
+                        samples[case] += await _live_turns(pool, publisher, other, tag, window)
+                    finally:
+                        stop.set()
+                        await task
+        p95 = {case: _p95(taken) for case, taken in samples.items()}
+        assert rotations >= rounds
         print(
             "\nanother user's turn every 0.25 s, p95: "
             + ", ".join(f"{k} {v:.3f} s" for k, v in p95.items())
