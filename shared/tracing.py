@@ -293,7 +293,7 @@ def traces_url(endpoint: str) -> str:
 
 def active() -> bool:
     """Whether the batch being handled is traced (a use case may then split what it
-    publishes by cause, :func:`traceparent_of`)."""
+    publishes by cause, :func:`traces_by_cause`)."""
     return _EVENT_SPANS.get() is not None
 
 
@@ -304,6 +304,29 @@ def traceparent_of(cause: Event) -> str | None:
         return None
     span = spans.get(cause.event_id)
     return traceparent(span) if span is not None else None
+
+
+def traces_by_cause(causes: Sequence[Event]) -> dict[uuid.UUID, str | None]:
+    """For each cause (by event id) in the batch being handled, the ``traceparent`` what
+    it causes should carry: its own consumer span's when that span is sampled; every
+    unsampled cause shares one unsampled context (what continues it is not recorded
+    either), so a use case that splits what it publishes by trace sends one event
+    more per *sampled* cause only."""
+    spans = _EVENT_SPANS.get()
+    if spans is None:
+        return {}
+    out: dict[uuid.UUID, str | None] = {}
+    unsampled: str | None = None
+    for cause in causes:
+        span = spans.get(cause.event_id)
+        if span is None:
+            out[cause.event_id] = None
+        elif span.get_span_context().trace_flags.sampled:
+            out[cause.event_id] = traceparent(span)
+        else:
+            unsampled = unsampled or traceparent(span)
+            out[cause.event_id] = unsampled
+    return out
 
 
 def carry(event: E, cause: Event) -> E:

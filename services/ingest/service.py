@@ -490,14 +490,14 @@ async def _request_embeddings(
     """One request for the whole batch: a batch of many users' turns costs one event,
     not one per user. It names the user when there is one; otherwise the embedder
     takes each row's owner from the row. A traced batch (``shared.tracing``) sends one
-    request per turn's trace instead, each continuing its turn's trace, in the same
-    round trip."""
+    request per sampled turn's trace instead (each continuing it), plus one for the
+    unsampled turns, in the same round trip."""
     if not rows:
         return
     if not tracing.active():
         await publisher.publish(EMBED, [_embed_request(rows)])
         return
-    trace_of = {d.event.event_id: tracing.traceparent_of(d.event) for d in turns}
+    trace_of = tracing.traces_by_cause([d.event for d in turns])
     by_trace: dict[str | None, list[tuple[int, str, uuid.UUID]]] = defaultdict(list)
     for row in rows:
         by_trace[trace_of.get(row[2])].append(row)
