@@ -273,7 +273,6 @@ class Tracing:
             kind=SpanKind.SERVER,
             attributes={
                 "http.request.method": method,
-                "url.path": str(scope.get("path", "")),
                 "url.scheme": str(scope.get("scheme", "http")),
             },
         )

@@ -31,7 +31,7 @@ from services.ingest.settings import IngestSettings
 from services.query.app import create_app as query_app
 from services.query.settings import QuerySettings
 from shared.apikeys import create_key
-from shared.events import EpisodeClosed, TurnReceived, encode, turn_adapter
+from shared.events import BatchResult, EpisodeClosed, TurnReceived, encode, turn_adapter
 from shared.settings import CommonSettings
 from shared.stream_registry import TURNS
 from shared.streams import EVENT_FIELD, Publisher
@@ -407,3 +407,25 @@ def test_a_trace_that_is_not_a_traceparent_names_no_parent() -> None:
     ctx = context_of("not-a-traceparent")
     assert ctx is not None and not ctx  # an empty context: a new trace starts
     assert context_of(None) is None
+
+
+def test_a_refused_events_span_is_an_error_with_its_reason_and_a_failed_batch_all_errors(
+    settings: CommonSettings, exporter: InMemorySpanExporter
+) -> None:
+    tracing = Tracing.from_settings(settings, "ingest", exporter=exporter)
+    turns = [_turn("u", "ok"), _turn("u", "refused"), _turn("u", "erased")]
+    ids = ["1-0", "1-1", "1-2"]
+    with tracing.consuming(turns, stream="turns", group="ingest", entry_ids=ids) as traced:
+        traced(BatchResult(refused={1: "episode of another user"}, dropped={2}))
+    ok, refused, dropped = exporter.get_finished_spans()
+    assert ok.status.status_code is StatusCode.UNSET
+    assert refused.status.status_code is StatusCode.ERROR
+    assert refused.status.description == "episode of another user"
+    assert (dropped.attributes or {}).get("engram.dropped") is True
+    exporter.clear()
+    with (
+        pytest.raises(RuntimeError),
+        tracing.consuming(turns[:2], stream="turns", group="ingest", entry_ids=ids[:2]),
+    ):
+        raise RuntimeError("database away")
+    assert [s.status.status_code for s in exporter.get_finished_spans()] == [StatusCode.ERROR] * 2
