@@ -79,9 +79,12 @@ async def pipeline_run(
     *,
     code: Path | None = None,
     extra_env: dict[str, str] | None = None,
+    cpu: list[float] | None = None,
 ) -> float:
     """Seconds until every turn is committed by an ingest process; ``code``: the
-    checkout whose ingest runs (default: this one); ``extra_env``: more of its settings."""
+    checkout whose ingest runs (default: this one); ``extra_env``: more of its settings;
+    ``cpu``: gets the CPU seconds the ingest process spent meanwhile (its start-up
+    excluded), which a loaded machine disturbs far less than the wall time."""
     redis = connect_redis(settings)
     pool = await asyncpg.create_pool(settings.require_database_url(), min_size=1, max_size=2)
     env = {
@@ -114,6 +117,7 @@ async def pipeline_run(
         n = settings.stream_shards
         payloads = [(keys[TURNS.shard_of(t, n)], encode(t)) for t in turns]
         progress = Progress("pipeline", len(turns))
+        cpu_at_start = _cpu_seconds(proc.pid)
         started = time.perf_counter()
 
         async def publish() -> None:
@@ -133,6 +137,8 @@ async def pipeline_run(
                 break
             await asyncio.sleep(0.05)
         elapsed = time.perf_counter() - started
+        if cpu is not None:
+            cpu.append(_cpu_seconds(proc.pid) - cpu_at_start)
         progress.update(len(turns), force=True)
         await publisher
         return elapsed
@@ -141,6 +147,12 @@ async def pipeline_run(
         proc.wait(20)
         await redis.aclose()
         await pool.close()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def copy_run(settings: CommonSettings, turns: list[TurnReceived], run: str) -> float:
