@@ -7,15 +7,21 @@ into the same table (with its indexes) as the floor.
 
     python -m bench.ingest [--turns 100000]
     python -m bench.ingest --cluster [--turns 20000 --shards 12 --rounds 2]
+    python -m bench.ingest --traces [--old /path/to/main] [--turns 30000 --rounds 4]
 
 ``--cluster``: the same pipeline on one Redis and on a local Redis Cluster (3 masters
 with a replica each, each turn XADDed to its chat's shard), alternating, in one run.
+
+``--traces``: the cost of tracing (bench/traces.py): ingest as ``--old``'s checkout runs
+it (main: no tracing code), this checkout with tracing off, and this checkout with
+tracing on exporting OTLP/HTTP to a local dummy collector, interleaved per round.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import signal
 import statistics
@@ -39,6 +45,7 @@ from shared.stream_registry import TURNS
 from shared.streams import EVENT_FIELD
 
 USERS, CHATS = 200, 5
+TRACE_ENDPOINT_VARS = ("ENGRAM_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 WORDS = (
     "remember the meeting with sarah about the garden project next tuesday and "
     "bring the blue notebook coffee weather travel plans dinner italian"
@@ -65,11 +72,25 @@ def make_turns(n: int, run: str) -> list[TurnReceived]:
     return out
 
 
-async def pipeline_run(settings: CommonSettings, turns: list[TurnReceived], run: str) -> float:
+async def pipeline_run(
+    settings: CommonSettings,
+    turns: list[TurnReceived],
+    run: str,
+    *,
+    code: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+    cpu: list[float] | None = None,
+) -> float:
+    """Seconds until every turn is committed by an ingest process; ``code``: the
+    checkout whose ingest runs (default: this one); ``extra_env``: more of its settings;
+    ``cpu``: gets the CPU seconds the ingest process spent meanwhile (its start-up
+    excluded), which a loaded machine disturbs far less than the wall time."""
     redis = connect_redis(settings)
     pool = await asyncpg.create_pool(settings.require_database_url(), min_size=1, max_size=2)
     env = {
-        **__import__("os").environ,
+        # tracing only as extra_env says
+        **{k: v for k, v in os.environ.items() if k not in TRACE_ENDPOINT_VARS},
+        **({"PYTHONPATH": str(code)} if code is not None else {}),
         "ENGRAM_DATABASE_URL": settings.require_database_url(),
         "ENGRAM_REDIS_URL": settings.require_redis_url(),
         "ENGRAM_REDIS_CLUSTER": str(settings.redis_cluster).lower(),
@@ -77,8 +98,9 @@ async def pipeline_run(settings: CommonSettings, turns: list[TurnReceived], run:
         "ENGRAM_STREAM_PREFIX": settings.stream_prefix,
         "ENGRAM_INGEST_PORT": str(settings.ingest_port),
         "ENGRAM_LOG_LEVEL": "WARNING",
+        **(extra_env or {}),
     }
-    proc = subprocess.Popen([sys.executable, "-m", "services.ingest"], env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "services.ingest"], env=env, cwd=code)
     try:
         import httpx
 
@@ -95,6 +117,7 @@ async def pipeline_run(settings: CommonSettings, turns: list[TurnReceived], run:
         n = settings.stream_shards
         payloads = [(keys[TURNS.shard_of(t, n)], encode(t)) for t in turns]
         progress = Progress("pipeline", len(turns))
+        cpu_at_start = _cpu_seconds(proc.pid)
         started = time.perf_counter()
 
         async def publish() -> None:
@@ -114,6 +137,8 @@ async def pipeline_run(settings: CommonSettings, turns: list[TurnReceived], run:
                 break
             await asyncio.sleep(0.05)
         elapsed = time.perf_counter() - started
+        if cpu is not None:
+            cpu.append(_cpu_seconds(proc.pid) - cpu_at_start)
         progress.update(len(turns), force=True)
         await publisher
         return elapsed
@@ -122,6 +147,12 @@ async def pipeline_run(settings: CommonSettings, turns: list[TurnReceived], run:
         proc.wait(20)
         await redis.aclose()
         await pool.close()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def copy_run(settings: CommonSettings, turns: list[TurnReceived], run: str) -> float:
@@ -235,7 +266,19 @@ def main() -> None:
     )
     ap.add_argument("--shards", type=int, default=12, help="shards per stream on the cluster")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--traces",
+        action="store_true",
+        help="ingest of --old's checkout, tracing off, tracing on (OTLP to a local dummy "
+        "collector), interleaved (no COPY floor)",
+    )
+    ap.add_argument("--old", type=Path, help="with --traces: the checkout to compare against")
     args = ap.parse_args()
+    if args.traces:
+        from bench.traces import traces_runs
+
+        traces_runs(args.turns, args.rounds, old=args.old)
+        return
     if args.cluster:
         cluster_runs(args.turns, args.shards, args.rounds)
         return

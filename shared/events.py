@@ -2,7 +2,9 @@
 
 Every event is a frozen pydantic model with ``event_id`` (UUID, the idempotency
 key), ``schema`` (the event type and version, e.g. ``turn.v1``) and
-``occurred_at``. A stream entry has one field, ``event``, holding the JSON.
+``occurred_at``, and optionally ``trace`` (a W3C ``traceparent``: the span that
+published it, when tracing is on; ``shared/tracing.py``). A stream entry has one
+field, ``event``, holding the JSON.
 Events evolve additively: new optional fields, never renamed ones. So consumers
 ignore fields they do not know (an event from a newer producer is stored, not
 dead-lettered); strictness lives at the platform boundary (``engram publish
@@ -27,7 +29,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
 from shared.dates import EARLIEST, LATEST
 
@@ -44,6 +54,11 @@ MAX_JSON_CHARS = 256_000
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _trace_or_none(v: Any) -> Any:
+    """A ``trace`` that is not text is dropped, not refused (a new trace starts)."""
+    return v if v is None or isinstance(v, str) else None
 
 
 def _bad_text(s: str) -> str | None:
@@ -115,7 +130,7 @@ def _raw_fields(model: type[BaseModel]) -> tuple[str, ...]:
     return tuple(
         name
         for name, f in model.model_fields.items()
-        if name == "tool_result" or _may_hold_raw(f.annotation)
+        if name != "trace" and (name == "tool_result" or _may_hold_raw(f.annotation))
     )
 
 
@@ -126,6 +141,14 @@ class Event(BaseModel):
 
     event_id: uuid.UUID = Field(default_factory=uuid.uuid4)
     occurred_at: datetime = Field(default_factory=_now)
+    # Written only when set: an event without it is the same JSON as before.
+    trace: Annotated[str | None, BeforeValidator(_trace_or_none)] = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="W3C traceparent of the span that published the event (shared/tracing.py, "
+        "docs/traces.md); absent when tracing is off. Never stored, never refused: a value "
+        "that is not a traceparent starts a new trace",
+    )
 
     @field_validator("occurred_at")
     @classmethod

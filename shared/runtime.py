@@ -25,6 +25,7 @@ from shared.redis_client import RedisClient, connect_redis, make_broker
 from shared.settings import CommonSettings
 from shared.stream_registry import spec
 from shared.streams import FailurePolicy, Handler, Publisher, ShardConsumers, StreamConsumer
+from shared.tracing import Tracing
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -35,9 +36,13 @@ Hook = Callable[["Runtime"], Awaitable[None]]
 class Runtime:
     """PostgreSQL pool, Redis client, FastStream broker, publisher and metrics of one process."""
 
-    def __init__(self, service: str, settings: CommonSettings) -> None:
+    def __init__(
+        self, service: str, settings: CommonSettings, *, tracing: Tracing | None = None
+    ) -> None:
         self.service = service
         self.settings = settings
+        # spans of this process (shared/tracing.py): as settings say, or the caller's
+        self.tracing = tracing if tracing is not None else Tracing.from_settings(settings, service)
         self.metrics = ServiceMetrics(service, shards=settings.stream_shards)
         # FastStream's per-message and shutdown chatter stays quiet; its handler
         # errors (logged at ERROR) still show.
@@ -68,7 +73,7 @@ class Runtime:
     def publisher(self) -> Publisher:
         """The process's one publisher (what it publishes soon is flushed at stop)."""
         if self._publisher is None:
-            self._publisher = Publisher(self.redis, self.settings)
+            self._publisher = Publisher(self.redis, self.settings, self.tracing)
         return self._publisher
 
     def consume(
@@ -114,6 +119,7 @@ class Runtime:
                 policy=policy,
                 shard=shard,
                 pool=lambda: self.pool,
+                tracing=self.tracing,
             )
             consumer.register(self.broker)
             self.consumers.append(consumer)
@@ -175,6 +181,8 @@ class Runtime:
             await self._redis.aclose()
         if self._pool is not None:
             await self._pool.close()
+        if self.tracing.enabled:
+            await asyncio.to_thread(self.tracing.flush)
 
     async def _observe(self) -> None:
         for c in self.consumers:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -49,7 +49,9 @@ def shared_buffers_for(database_bytes: int) -> str:
 class CommonSettings(BaseSettings):
     """What every engram process needs to know."""
 
-    model_config = SettingsConfigDict(env_prefix="ENGRAM_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ENGRAM_", env_file=".env", extra="ignore", populate_by_name=True
+    )
 
     database_url: SecretStr | None = Field(
         default=None, description="PostgreSQL URL; unset = embedded PostgreSQL under data_dir"
@@ -102,6 +104,21 @@ class CommonSettings(BaseSettings):
         default=6390,
         description="port of the embedded Redis that `engram run` starts (fixed, so platforms "
         "can XADD to it; the machine's own Redis usually has 6379)",
+    )
+    traces_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("ENGRAM_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        description="base URL of an OpenTelemetry collector's OTLP/HTTP receiver (e.g. "
+        "http://localhost:4318; spans go to {it}/v1/traces, protobuf): set = tracing on "
+        "(docs/traces.md). ENGRAM_TRACES_ENDPOINT, else the standard "
+        "OTEL_EXPORTER_OTLP_ENDPOINT; unset = off, at no cost",
+    )
+    traces_sample_ratio: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="share of new traces recorded (a trace continued from an event or a "
+        "request follows its parent's decision)",
     )
     log_level: str = "INFO"
     db_pool_min: int = 1

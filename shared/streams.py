@@ -40,7 +40,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import asyncpg
 import redis.asyncio as aioredis
@@ -58,6 +58,10 @@ from shared.metrics import ServiceMetrics
 from shared.redis_client import RedisClient
 from shared.settings import CommonSettings
 from shared.stream_registry import DEAD, spec
+from shared.tracing import OFF, Tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +93,19 @@ def consumer_name(settings: CommonSettings, service: str) -> str:
 
 
 class Publisher:
-    """Appends events to streams; one pipeline round trip per call."""
+    """Appends events to streams; one pipeline round trip per call.
 
-    def __init__(self, redis: RedisClient, settings: CommonSettings) -> None:
+    With tracing on (``tracing``, else as ``settings`` say), each event goes out with a
+    ``send <stream>`` span of its own and carries its context (``shared/tracing.py``)."""
+
+    def __init__(
+        self, redis: RedisClient, settings: CommonSettings, tracing: Tracing | None = None
+    ) -> None:
         self._redis = redis
         self._settings = settings
+        self._tracing = (
+            tracing if tracing is not None else Tracing.from_settings(settings, "publisher")
+        )
         self._soon: set[asyncio.Task[None]] = set()
         self._node_clients: dict[str, aioredis.Redis] = {}
 
@@ -129,12 +141,18 @@ class Publisher:
         """XADD events to several streams in one pipeline round trip; return entry ids."""
         n = self._settings.stream_shards
         entries: list[tuple[str, bytes]] = []
+        spans: list[Span] = []
         for stream, events in batches:
             s = spec(stream)
             keys = s.keys(self._settings)
+            if self._tracing.enabled:
+                events, made = self._tracing.producing(s.name, events)
+                spans += made
             for event in events:
                 entries.append((keys[s.shard_of(event, n)], encode(event)))
-        return await self._xadd(entries)
+        if not spans:
+            return await self._xadd(entries)
+        return await self._xadd_traced(entries, spans)
 
     async def publish_raw(self, stream: str, payloads: Sequence[bytes]) -> list[str]:
         """XADD already-encoded JSON payloads (``engram publish``, dead-letter replay),
@@ -142,7 +160,23 @@ class Publisher:
         s = spec(stream)
         n = self._settings.stream_shards
         keys = s.keys(self._settings)
+        if self._tracing.enabled:
+            payloads, spans = self._tracing.producing_raw(s.name, payloads)
+            entries = [(keys[s.shard_of_payload(p, n)], p) for p in payloads]
+            return await self._xadd_traced(entries, spans)
         return await self._xadd([(keys[s.shard_of_payload(p, n)], p) for p in payloads])
+
+    async def _xadd_traced(
+        self, entries: Sequence[tuple[str, bytes]], spans: list[Span]
+    ) -> list[str]:
+        """:meth:`_xadd`, ending each event's ``send`` span with its entry id (or the failure)."""
+        try:
+            ids = await self._xadd(entries)
+        except BaseException as exc:
+            self._tracing.failed(spans, exc)
+            raise
+        self._tracing.sent(spans, ids)
+        return ids
 
     async def _xadd(self, entries: Sequence[tuple[str, bytes]]) -> list[str]:
         """One pipeline of XADDs (no MAXLEN: only what every group acknowledged is ever
@@ -363,8 +397,10 @@ class StreamConsumer(Generic[T]):
         policy: FailurePolicy | None = None,
         pool: Callable[[], asyncpg.Pool] | None = None,
         shard: int = 0,
+        tracing: Tracing = OFF,
     ) -> None:
         self.service = service
+        self.tracing = tracing
         self._pool = pool
         self.readers = readers
         self.linger_ms = linger_ms
@@ -575,7 +611,18 @@ class StreamConsumer(Generic[T]):
         """Hand ``group``'s events to the use case and map its answer back to entry
         ids: the refused (to dead-letter, returned) and the dropped (an erased
         user's events, deleted from the stream now, acknowledged with the rest)."""
-        result = await self.handle([d.event for d in group])
+        events = [d.event for d in group]
+        if self.tracing.enabled:
+            with self.tracing.consuming(
+                events,
+                stream=self.stream_name,
+                group=self.group,
+                entry_ids=[d.entry_id for d in group],
+            ) as traced:
+                result = await self.handle(events)
+                traced(result)
+        else:
+            result = await self.handle(events)
         if result is None:
             return {}
         if result.dropped:

@@ -15,6 +15,7 @@ from shared.events import (
     EmbedTarget,
     TurnReceived,
     _raw_fields,
+    encode,
     turn_adapter,
 )
 
@@ -84,3 +85,19 @@ def test_a_request_for_many_rows_is_not_refused_for_its_length() -> None:
     assert _raw_fields(EmbedRequested) == ("user_id",)
     assert "targets" not in _raw_fields(EmbedRequested)
     assert {"content", "metadata", "tool_args", "tool_result"} <= set(_raw_fields(TurnReceived))
+
+
+def test_an_event_without_trace_is_the_same_json_as_before_and_still_parses() -> None:
+    """``trace`` (shared/tracing.py) is optional and written only when set: an event
+    from a producer that predates it, or does not trace, reads and writes as before."""
+    turn = turn_adapter.validate_json(_turn())
+    assert turn.trace is None
+    assert "trace" not in json.loads(encode(turn))
+    traced = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    again = turn_adapter.validate_json(_turn(trace=traced))
+    assert again.trace == traced and json.loads(encode(again))["trace"] == traced
+
+
+@pytest.mark.parametrize("trace", [5, {"traceparent": "x"}, ["00-a"]])
+def test_a_trace_that_is_not_text_is_dropped_not_refused(trace: object) -> None:
+    assert turn_adapter.validate_json(_turn(trace=trace)).trace is None

@@ -20,16 +20,21 @@ from shared.events import BatchResult, EmbedRequested, embed_adapter
 from shared.runtime import Runtime, add_ops_routes
 from shared.stream_registry import EMBED, EMBEDDER
 from shared.streams import FailurePolicy
+from shared.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
 
 def create_app(
-    settings: EmbedderSettings | None = None, *, registry: ProviderRegistry | None = None
+    settings: EmbedderSettings | None = None,
+    *,
+    registry: ProviderRegistry | None = None,
+    tracing: Tracing | None = None,
 ) -> FastAPI:
-    """``registry`` is injectable (tests pass one with their own HTTP transport)."""
+    """``registry`` and ``tracing`` are injectable (tests pass one with their own HTTP
+    transport, their own span exporter)."""
     settings = settings or EmbedderSettings()
-    rt = Runtime("embedder", settings)
+    rt = Runtime("embedder", settings, tracing=tracing)
     metrics = EmbedderMetrics(rt.metrics.registry)
     providers = registry or ProviderRegistry.from_settings(settings)
     indexer = Indexer(min_rows=settings.vector_index_min_rows)

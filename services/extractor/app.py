@@ -19,6 +19,7 @@ from shared.memory.vectors import TextEmbedder
 from shared.runtime import Runtime, add_ops_routes
 from shared.stream_registry import EXTRACT, EXTRACTOR
 from shared.streams import FailurePolicy
+from shared.tracing import Tracing
 
 
 def create_app(
@@ -26,9 +27,10 @@ def create_app(
     *,
     llm_transport: httpx.AsyncBaseTransport | None = None,
     embedder_for: service.EmbedderFor | None = None,
+    tracing: Tracing | None = None,
 ) -> FastAPI:
     settings = settings or ExtractorSettings()
-    rt = Runtime("extractor", settings)
+    rt = Runtime("extractor", settings, tracing=tracing)
     metrics = ExtractorMetrics(rt.metrics.registry)
     extractor, client = build_extractor(
         settings, metrics=LLMMetrics(rt.metrics.registry), transport=llm_transport

@@ -39,6 +39,7 @@ from services.extractor.facts import FactResult, apply_plan, plan_facts
 from services.extractor.metrics import ExtractorMetrics
 from services.extractor.narrative import regenerate_user_summary
 from services.extractor.stale_sweep import DUE
+from shared import tracing
 from shared.dates import resolve_relative_dates
 from shared.errors import EngramError, InvalidModelOutput, ProviderError, ProviderUnavailable
 from shared.events import BatchResult, EmbedRequested, EmbedTarget, ExtractRequested, MemoryChanged
@@ -190,7 +191,9 @@ async def handle_requests(x: Extraction, requests: Sequence[ExtractRequested]) -
         for i, request in queue:
             async with slots:
                 try:
-                    outcome = await extract_episode(x, request)
+                    # what it publishes (summary and facts to embed) continues its trace
+                    with tracing.within(request):
+                        outcome = await extract_episode(x, request)
                 except EpisodeNotFound as exc:
                     result.refused[i] = str(exc)
                     x.count("episodes", "rejected")

@@ -20,11 +20,15 @@ from shared.events import (
 from shared.runtime import Runtime, add_ops_routes
 from shared.stream_registry import EPISODES, INGEST, TURNS
 from shared.streams import FailurePolicy
+from shared.tracing import Tracing
 
 
-def create_app(settings: IngestSettings | None = None) -> FastAPI:
+def create_app(
+    settings: IngestSettings | None = None, *, tracing: Tracing | None = None
+) -> FastAPI:
+    """``tracing``: the process's spans (default: as settings say; tests pass their own)."""
     settings = settings or IngestSettings()
-    rt = Runtime("ingest", settings)
+    rt = Runtime("ingest", settings, tracing=tracing)
     window = timedelta(minutes=settings.stale_window_minutes)
 
     async def on_turns(batch: Sequence[TurnReceived]) -> BatchResult:

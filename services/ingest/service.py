@@ -27,6 +27,7 @@ from zlib import crc32
 
 import asyncpg
 
+from shared import tracing
 from shared.db import Conn
 from shared.erasure import hold_users
 from shared.events import (
@@ -123,11 +124,11 @@ SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[],
                      $7::text[], $8::text[], $9::text[], $10::jsonb[], $11::jsonb[], $12::text[],
                      $13::timestamptz[], $14::jsonb[])
 ON CONFLICT DO NOTHING
-RETURNING id, user_id, episode_id, occurred_at
+RETURNING id, user_id, episode_id, occurred_at, event_id
 """
 
 PENDING_FOR_EVENTS = """
-SELECT id, user_id FROM messages
+SELECT id, user_id, event_id FROM messages
 WHERE event_id = ANY($1::uuid[]) AND embedding_state = 'pending'
 """
 
@@ -329,16 +330,16 @@ async def store_turns(
                 # Closed in this batch, or a late turn re-arms a closed episode's summary.
                 if row["status"] == "closed" and row["id"] not in asked:
                     extract.append(ExtractRequested(episode_id=row["id"], user_id=row["user_id"]))
-        to_embed = [(r["id"], r["user_id"]) for r in inserted]
+        to_embed = [(r["id"], r["user_id"], r["event_id"]) for r in inserted]
         if len(inserted) < len(kept):
             # Redelivered turns: ask again for any embedding still pending, in case the
             # first delivery committed but never got to publish its request.
             seen = {r["id"] for r in inserted}
             for r in await conn.fetch(PENDING_FOR_EVENTS, [d.event.event_id for d in kept]):
                 if r["id"] not in seen:
-                    to_embed.append((r["id"], r["user_id"]))
+                    to_embed.append((r["id"], r["user_id"], r["event_id"]))
 
-    await _request_embeddings(publisher, to_embed)
+    await _request_embeddings(publisher, to_embed, batch)
     if extract:
         await publisher.publish(EXTRACT, extract)
     return result
@@ -481,18 +482,35 @@ async def _span_for(
     return span
 
 
-async def _request_embeddings(publisher: Publisher, rows: Sequence[tuple[int, str]]) -> None:
+async def _request_embeddings(
+    publisher: Publisher,
+    rows: Sequence[tuple[int, str, uuid.UUID]],
+    turns: Sequence[_Item[TurnReceived]],
+) -> None:
     """One request for the whole batch: a batch of many users' turns costs one event,
     not one per user. It names the user when there is one; otherwise the embedder
-    takes each row's owner from the row."""
+    takes each row's owner from the row. A traced batch (``shared.tracing``) sends one
+    request per sampled turn's trace instead (each continuing it), plus one for the
+    unsampled turns, in the same round trip."""
     if not rows:
         return
-    users = {user_id for _, user_id in rows}
-    targets = [EmbedTarget(kind="message", id=str(message_id)) for message_id, _ in rows]
+    if not tracing.active():
+        await publisher.publish(EMBED, [_embed_request(rows)])
+        return
+    trace_of = tracing.traces_by_cause([d.event for d in turns])
+    by_trace: dict[str | None, list[tuple[int, str, uuid.UUID]]] = defaultdict(list)
+    for row in rows:
+        by_trace[trace_of.get(row[2])].append(row)
     await publisher.publish(
         EMBED,
-        [EmbedRequested(user_id=users.pop() if len(users) == 1 else None, targets=targets)],
+        [_embed_request(some).model_copy(update={"trace": t}) for t, some in by_trace.items()],
     )
+
+
+def _embed_request(rows: Sequence[tuple[int, str, uuid.UUID]]) -> EmbedRequested:
+    users = {row[1] for row in rows}
+    targets = [EmbedTarget(kind="message", id=str(row[0])) for row in rows]
+    return EmbedRequested(user_id=users.pop() if len(users) == 1 else None, targets=targets)
 
 
 async def handle_episode_events(
@@ -525,6 +543,7 @@ async def handle_episode_events(
             ev = d.event
             if ev.user_id in erased:
                 continue
+            asked = len(extract)
             await conn.execute(LOCK_CHATS, [_chat_lock((ev.user_id, ev.provider, ev.chat_id))])
             first = await conn.fetchval(
                 """
@@ -543,6 +562,8 @@ async def handle_episode_events(
                 reason = await _close_episode(conn, ev, extract, first=bool(first))
                 if reason:
                     rejected[d.pos] = reason
+            if tracing.active():  # the extraction an event asked for continues its trace
+                extract[asked:] = [tracing.carry(e, ev) for e in extract[asked:]]
     if extract:
         await publisher.publish(EXTRACT, extract)
     return result

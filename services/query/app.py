@@ -30,17 +30,22 @@ from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
 from shared.llm.jobs import Extractor, build_extractor
 from shared.runtime import Runtime, add_ops_routes
+from shared.tracing import TraceRequests, Tracing
 
 log = logging.getLogger(__name__)
 
 
 def create_app(
-    settings: QuerySettings | None = None, *, resolver: Resolver | None = None
+    settings: QuerySettings | None = None,
+    *,
+    resolver: Resolver | None = None,
+    tracing: Tracing | None = None,
 ) -> FastAPI:
     """The query service. ``resolver`` picks a user's embedder (default:
-    ``shared.embeddings.resolve_embedder``); tests may pass their own."""
+    ``shared.embeddings.resolve_embedder``); tests may pass their own, and their own
+    ``tracing`` (default: as settings say)."""
     settings = settings or QuerySettings()
-    rt = Runtime("query", settings)
+    rt = Runtime("query", settings, tracing=tracing)
     rt.on_stop.append(lambda _rt: close_default_registry())
     resolver = resolver or default_resolver
     if settings.warm_up:
@@ -74,6 +79,9 @@ def create_app(
     _install_error_handlers(app)
     faults.install(app, registry=rt.metrics.registry, route_label=route_label)
     _install_metrics(app, rt)
+    if rt.tracing.enabled:
+        # a SERVER span per request, current while the app runs (what it publishes continues it)
+        app.add_middleware(TraceRequests, tracing=rt.tracing, route_of=route_label)
     mount_mcp(app, rt, max_body_bytes=settings.max_request_bytes)
     edges.install(
         app,
