@@ -3,8 +3,8 @@
 A background job per user, run by the extractor: every ``consolidate_interval_s``
 for each user with memories stored since their last run (at most every
 ``consolidate_min_gap_s``), and on demand (:func:`request`: ``POST
-/v1/memory/consolidate``, ``engram consolidate``), which the next tick serves
-first. One run of one user (:func:`consolidate_user`):
+/v1/memory/consolidate``: ``shared.memory.observations.request``), which the
+next tick serves first. One run of one user (:func:`consolidate_user`):
 
 1. **Clusters.** The user's live, embedded memories of the types in
    :data:`CONSOLIDATED` are grouped by scope, chat, namespace and embedding
@@ -146,18 +146,6 @@ audited AS (
     FROM archived a
 )
 SELECT id FROM archived
-"""
-
-ENSURE_STATE = """
-INSERT INTO consolidation_state (user_id, requested_at)
-SELECT id, now() FROM users WHERE id = $1
-ON CONFLICT (user_id) DO UPDATE SET requested_at = now()
-RETURNING user_id, requested_at, started_at, finished_at, stats
-"""
-
-STATE = """
-SELECT user_id, requested_at, started_at, finished_at, stats
-FROM consolidation_state WHERE user_id = $1
 """
 
 # Users due: asked for (not since started), or with memories stored since their last
@@ -498,18 +486,6 @@ async def _compact(
             MEMORIES,
             [MemoryChanged(memory_id=i, user_id=user_id, change="archived") for i in gone],
         )
-
-
-async def request(pool: asyncpg.Pool | asyncpg.Connection, user_id: str) -> dict[str, Any] | None:
-    """Ask for a run of ``user_id`` (the next tick serves it first); its state, or None
-    for a user engram does not know."""
-    row = await pool.fetchrow(ENSURE_STATE, user_id)
-    return dict(row) if row is not None else None
-
-
-async def state(pool: asyncpg.Pool | asyncpg.Connection, user_id: str) -> dict[str, Any] | None:
-    row = await pool.fetchrow(STATE, user_id)
-    return dict(row) if row is not None else None
 
 
 async def run_due(

@@ -14,10 +14,15 @@ import numpy as np
 from services.extractor import consolidation
 from services.extractor.consolidation import consolidate_user, related
 from services.extractor.settings import ExtractorSettings
+from services.query.app import create_app
+from services.query.settings import QuerySettings
 from shared.llm.jobs import build_extractor
 from shared.llm.offline import OfflineExtractor, observation
+from shared.memory import observations as asks
 from shared.memory.writer import NewItem, insert_items
 from tests.extractor.scripted_llm import Reply, ScriptedLLM
+from tests.query.helpers import auth
+from tests.support import running
 
 DIM = 384
 BY = ("test", "consolidation-test")
@@ -259,8 +264,8 @@ async def test_one_user_never_touches_another(pool: asyncpg.Pool, user_id: str) 
     other = f"{user_id}-other"
     await seed(pool, user_id)
     await seed(pool, other)
-    assert await consolidation.request(pool, user_id) is not None
-    assert await consolidation.request(pool, "no-such-user-" + uuid.uuid4().hex) is None
+    assert await asks.request(pool, user_id) is not None
+    assert await asks.request(pool, "no-such-user-" + uuid.uuid4().hex) is None
     # the requested user first; run only it
     await pool.execute(
         "INSERT INTO consolidation_state (user_id, finished_at) VALUES ($1, now()) "
@@ -279,7 +284,7 @@ async def test_one_user_never_touches_another(pool: asyncpg.Pool, user_id: str) 
         user_id,
     )
     assert foreign == 0
-    st = await consolidation.state(pool, user_id)
+    st = await asks.state(pool, user_id)
     assert st is not None and st["requested_at"] is None and st["stats"]["created"] == 2
     # served: not due again until it has new memories and the gap has passed
     again = await consolidation.run_due(
@@ -316,3 +321,32 @@ async def test_with_a_model_the_model_writes_the_observation(
     assert sorted(texts.values()) == ["model", "offline"]
     summary = await pool.fetchval("SELECT summary FROM user_summaries WHERE user_id = $1", user_id)
     assert summary == "Tim trains for a marathon; Caroline paints."
+
+
+async def test_asked_for_over_http_run_by_the_extractor_and_listed_in_search(
+    pool: asyncpg.Pool, user_id: str, make_settings: Callable[..., Any]
+) -> None:
+    await seed(pool, user_id)
+    app = create_app(make_settings(QuerySettings))
+    h = await auth(pool, user_id)
+    async with running(app) as client:
+        r = await client.get("/v1/memory/consolidation", headers=h)
+        assert r.status_code == 200 and r.json()["finished_at"] is None
+        r = await client.post("/v1/memory/consolidate", headers=h)
+        assert r.status_code == 202, r.text
+        assert r.json()["requested_at"] is not None
+        done = await consolidation.run_due(
+            pool, OfflineExtractor(), min_gap=timedelta(days=3650), batch=1000
+        )
+        assert done[user_id].created == 2
+        body = (await client.get("/v1/memory/consolidation", headers=h)).json()
+        assert body["requested_at"] is None and body["finished_at"] is not None
+        assert body["stats"]["created"] == 2
+        r = await client.post(
+            "/v1/memory/search", headers=h, json={"query": "*", "types": ["observation"]}
+        )
+        assert r.status_code == 200, r.text
+        found = r.json()["results"]
+        assert len(found) == 2 and {f["type"] for f in found} == {"observation"}
+        item = (await client.get(f"/v1/memory/items/{found[0]['id']}", headers=h)).json()
+        assert item["data"]["evidence"]["count"] in (2, 3)
