@@ -187,11 +187,14 @@ async def test_0110_merges_live_duplicates_and_moves_confidence_to_0_1(infra, tm
                 confidence,
                 days,
             )
-        assert await migrate(conn, embedding_dim=384) == [
+        applied = await migrate(conn, embedding_dim=384)
+        # from 0110 on (later migrations follow it, in order)
+        assert applied[:3] == [
             "0110_memory_confirmations",
             "0120_graph_checkpoints",
             "0130_webhooks",
         ]
+        assert applied == sorted(applied)
         live = await conn.fetch(
             "SELECT user_id, type, content, confirmations, jsonb_array_length(sources) AS n, "
             "confidence FROM memory_items WHERE status = 'active' ORDER BY user_id, content, type"

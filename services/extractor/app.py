@@ -8,7 +8,7 @@ from datetime import timedelta
 import httpx
 from fastapi import FastAPI
 
-from services.extractor import service, stale_sweep
+from services.extractor import consolidation, service, stale_sweep
 from services.extractor.metrics import ExtractorMetrics
 from services.extractor.settings import ExtractorSettings
 from shared.embeddings import close_default_registry, resolve_embedder
@@ -74,6 +74,22 @@ def create_app(
             rt.pool, rt.publisher, idle=idle, batch=settings.sweep_batch, metrics=metrics
         )
 
+    started = {"first": True}
+
+    async def consolidate() -> None:
+        if started.pop("first", False):
+            return  # the first run one interval after start, not at once
+        await consolidation.run_due(
+            rt.pool,
+            extractor,
+            publisher=rt.publisher,
+            embedder_for=embedder_for or users_embedder,
+            dim=settings.embedding_dim,
+            cap=settings.memory_cap,
+            min_gap=timedelta(seconds=settings.consolidate_min_gap_s),
+            batch=settings.consolidate_batch,
+        )
+
     async def gauges() -> None:
         await service.refresh_gauges(rt.pool, metrics)
 
@@ -94,6 +110,7 @@ def create_app(
         policy=FailurePolicy.default(settings),
     )
     rt.every(settings.sweep_interval_s, sweep)
+    rt.every(settings.consolidate_interval_s, consolidate)
     rt.every(5.0, gauges)
 
     app = FastAPI(title="engram extractor", lifespan=rt.lifespan)

@@ -16,3 +16,17 @@ class ExtractorSettings(LLMSettings, EmbeddingSettings):
         default=2,
         description="of one user's episodes per read; the rest go to the back of the stream",
     )
+    consolidate_interval_s: float = Field(
+        default=300.0, description="how often consolidation looks for users that are due"
+    )
+    consolidate_min_gap_s: float = Field(
+        default=3600.0,
+        description="a user with new memories is consolidated at most this often (asked-for runs "
+        "are not held back)",
+    )
+    consolidate_batch: int = Field(default=4, description="users consolidated per tick")
+    memory_cap: int | None = Field(
+        default=20_000,
+        description="live memories per user beyond which consolidated, never-read ones are "
+        "archived (None: no cap)",
+    )

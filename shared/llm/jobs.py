@@ -25,6 +25,7 @@ from shared.llm.schemas import (
     FactCandidate,
     FactList,
     Narrative,
+    Observation,
 )
 from shared.llm.settings import LLMSettings
 from shared.llm.transcript import Transcript
@@ -52,6 +53,10 @@ class Extractor(Protocol):
         ...
 
     async def narrative(self, user_name: str, facts: Sequence[str]) -> str: ...
+
+    async def observe(self, statements: Sequence[str]) -> str:
+        """One observation from a cluster of related memories (consolidation)."""
+        ...
 
     async def rewrite_decision(self, text: str) -> str | None:
         """One factual sentence, or None when this extractor cannot rewrite."""
@@ -149,6 +154,16 @@ Facts:
 
 Return JSON: {{"summary": "<the narrative>"}}"""
 
+OBSERVATION_PROMPT = """These statements were remembered separately and are related. \
+Write one observation (at most 60 words) that states what they say together, in the \
+third person, naming who each statement is about as the statements do. Mention only what \
+the statements say; keep every sentence whole.
+
+Statements:
+{statements}
+
+Return JSON: {{"observation": "<the observation>"}}"""
+
 DECISION_PROMPT = """The following text was intended as a decision description but is not \
 concise enough. Rewrite it as a single factual statement of max 120 characters describing \
 what was decided.
@@ -221,6 +236,15 @@ class LLMExtractor:
             purpose="narrative",
         )
         return answer.summary
+
+    async def observe(self, statements: Sequence[str]) -> str:
+        answer = await self.model.complete_json(
+            system=SYSTEM,
+            user=OBSERVATION_PROMPT.format(statements="\n".join(f"- {s}" for s in statements)),
+            schema=Observation,
+            purpose="observation",
+        )
+        return answer.observation.strip()
 
     async def rewrite_decision(self, text: str) -> str | None:
         answer = await self.model.complete_json(

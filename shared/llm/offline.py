@@ -313,6 +313,9 @@ class OfflineExtractor:
     async def narrative(self, user_name: str, facts: Sequence[str]) -> str:
         return narrative(user_name, facts)
 
+    async def observe(self, statements: Sequence[str]) -> str:
+        return observation(statements)
+
     async def rewrite_decision(self, text: str) -> str | None:
         return None
 
@@ -904,3 +907,26 @@ def narrative(user_name: str, facts: Sequence[str]) -> str:
         return f"Nothing is known about {user_name} yet."
     body = " ".join(f if f.endswith(".") else f + "." for f in facts)
     return f"What is known about {user_name}: {body}"
+
+
+MAX_OBSERVED = 5
+"""An offline observation states at most this many of its cluster's statements."""
+
+
+def observation(statements: Sequence[str]) -> str:
+    """The offline observation of a cluster (no model): its statements, most
+    representative first (the caller's order), each whole and ended with a full stop,
+    the same wording (case, spacing, end punctuation ignored) once, at most
+    :data:`MAX_OBSERVED` of them."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for s in statements:
+        text = " ".join(s.split()).rstrip(" .;,:")
+        key = text.lower()
+        if not text or key in seen:
+            continue
+        seen.add(key)
+        out.append(text[0].upper() + text[1:] + ("" if text.endswith(("!", "?")) else "."))
+        if len(out) == MAX_OBSERVED:
+            break
+    return " ".join(out)

@@ -158,3 +158,11 @@ class Narrative(BaseModel):
     """Navi: the per-user narrative summary built from the user's facts."""
 
     summary: str = Field(min_length=1, description="a short narrative paragraph about the user")
+
+
+class Observation(BaseModel):
+    """Consolidation: one observation written from a cluster of related memories."""
+
+    observation: str = Field(
+        min_length=1, description="what the related statements say together, in whole sentences"
+    )

@@ -20,7 +20,9 @@ The older one gets ``superseded_at`` and ``superseded_by`` (the newer one's id),
 its validity closes (``valid_to``: where the newer one's ``valid_from`` starts),
 and it leaves default retrieval; it stays in the table for history, and for
 ``as_of`` reads of what was true before the change. Different
-subjects never conflict.
+subjects never conflict. An observation (consolidation's summary of related memories,
+``services/extractor/consolidation.py``) neither supersedes nor is superseded: it
+restates its evidence, it does not replace it.
 
 The check needs the memory's vector. Call :func:`check_supersession` when the
 vector is ready: right after storing when it was embedded inline, or when the
@@ -181,7 +183,7 @@ async def worth_checking(
 
 LOAD = """
 SELECT id, user_id, scope, provider, chat_id, subjects, created_at, embedding_model,
-       embedding_state, status, superseded_at, content
+       embedding_state, status, superseded_at, content, type
 FROM memory_items WHERE id = $1
 """
 
@@ -202,6 +204,7 @@ WHERE o.user_id = m.user_id
   AND o.superseded_at IS NULL
   AND o.embedding_state = 'ready'
   AND o.embedding_model IS NOT DISTINCT FROM m.embedding_model
+  AND o.type <> 'observation'
   AND 1 - (o.embedding <=> m.embedding) >= $2
 ORDER BY o.created_at DESC, o.id DESC
 """
@@ -274,7 +277,10 @@ async def check_supersession(
     """
     async with conn.transaction():
         row = await live_under_lock(
-            conn, memory_id, LOAD, lambda r: can_conflict(r["content"], contradicts)
+            conn,
+            memory_id,
+            LOAD,
+            lambda r: r["type"] != "observation" and can_conflict(r["content"], contradicts),
         )
         if row is None:
             return []

@@ -61,6 +61,7 @@ MemoryType = Literal[
     "decision",
     "workflow",
     "other",
+    "observation",
 ]
 MEMORY_TYPES: tuple[str, ...] = get_args(MemoryType)
 

@@ -117,6 +117,8 @@ async def test_user_b_never_gets_or_changes_user_a_data(stack: Any) -> None:
             ("DELETE", f"/v1/memory/items/{item}", None),
             ("POST", f"/v1/memory/items/{item}/archive", None),
             ("GET", "/v1/memory/themes", None),
+            ("POST", "/v1/memory/consolidate", None),
+            ("GET", "/v1/memory/consolidation", None),
             ("POST", "/v1/messages/search", q),
             ("POST", "/v1/facts", {"category": "pets", "key": "dog", "value": "b's dog"}),
             ("GET", f"/v1/facts?search={MARK}", None),

@@ -175,6 +175,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/memory/consolidate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Ask for a consolidation run (related memories into observations, the cap, the profile); the extractor runs it in the background */
+        post: operations["consolidate_v1_memory_consolidate_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/memory/consolidation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** How the user's last consolidation run went, and whether one is asked for */
+        get: operations["consolidation_state_v1_memory_consolidation_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/messages/search": {
         parameters: {
             query?: never;
@@ -1142,7 +1176,7 @@ export interface components {
              * @description preference, fact, instruction, summary, other ...
              * @enum {string}
              */
-            type: "preference" | "fact" | "instruction" | "summary" | "procedure" | "episode" | "decision" | "workflow" | "other";
+            type: "preference" | "fact" | "instruction" | "summary" | "procedure" | "episode" | "decision" | "workflow" | "other" | "observation";
             /** Content */
             content: string;
             /**
@@ -1221,7 +1255,7 @@ export interface components {
              * Types
              * @description only these types
              */
-            types?: ("preference" | "fact" | "instruction" | "summary" | "procedure" | "episode" | "decision" | "workflow" | "other")[] | null;
+            types?: ("preference" | "fact" | "instruction" | "summary" | "procedure" | "episode" | "decision" | "workflow" | "other" | "observation")[] | null;
             /**
              * Recency Days
              * @description only items newer than this many days
@@ -1345,6 +1379,27 @@ export interface components {
         CheckpointsOut: {
             /** Checkpoints */
             checkpoints: components["schemas"]["CheckpointOut"][];
+        };
+        /** ConsolidationOut */
+        ConsolidationOut: {
+            /** User Id */
+            user_id: string;
+            /**
+             * Requested At
+             * @description a run asked for and not yet started
+             */
+            requested_at: string | null;
+            /** Started At */
+            started_at: string | null;
+            /** Finished At */
+            finished_at: string | null;
+            /**
+             * Stats
+             * @description the last run's: memories, clusters, created, refined, archived, over_cap, model_fallbacks, profile, seconds
+             */
+            stats: {
+                [key: string]: unknown;
+            };
         };
         /** ContextIn */
         ContextIn: {
@@ -2567,7 +2622,7 @@ export interface components {
              * Types
              * @description only these types
              */
-            types?: ("preference" | "fact" | "instruction" | "summary" | "procedure" | "episode" | "decision" | "workflow" | "other")[] | null;
+            types?: ("preference" | "fact" | "instruction" | "summary" | "procedure" | "episode" | "decision" | "workflow" | "other" | "observation")[] | null;
             /**
              * Recency Days
              * @description only items newer than this many days
@@ -2686,7 +2741,7 @@ export interface components {
              * @default fact
              * @enum {string}
              */
-            type?: "preference" | "fact" | "instruction" | "summary" | "procedure" | "episode" | "decision" | "workflow" | "other";
+            type?: "preference" | "fact" | "instruction" | "summary" | "procedure" | "episode" | "decision" | "workflow" | "other" | "observation";
             /**
              * Importance
              * @default 1
@@ -3773,6 +3828,120 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ThemesOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    consolidate_v1_memory_consolidate_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsolidationOut"];
+                };
+            };
+            /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the key may not do this: another user's data, or an admin-only call */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description PostgreSQL or Redis is unreachable; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    consolidation_state_v1_memory_consolidation_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsolidationOut"];
                 };
             };
             /** @description no API key, or an unknown or revoked one (send 'Authorization: Bearer <key>') */

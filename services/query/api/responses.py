@@ -107,6 +107,17 @@ class ArchivedOut(Out):
     status: str
 
 
+class ConsolidationOut(Out):
+    user_id: str
+    requested_at: str | None = Field(description="a run asked for and not yet started")
+    started_at: str | None
+    finished_at: str | None
+    stats: dict[str, Any] = Field(
+        description="the last run's: memories, clusters, created, refined, archived, "
+        "over_cap, model_fallbacks, profile, seconds"
+    )
+
+
 class DeletedOut(Out):
     id: str
     deleted: bool

@@ -41,10 +41,14 @@ from services.query.ranking.turns import MessageHit, rank_turns
 from shared.dates import asks_order
 from shared.db import Executor
 from shared.memory.people import Person, list_people
+from shared.memory.writer import MEMORY_TYPES
 
 # turn hits read: one per 60 tokens of budget, at least 10, at most 30
 MIN_MESSAGES, MAX_MESSAGES, TOKENS_PER_MESSAGE = 10, 30, 60
 MAX_MEMORIES = 10
+# Observations (consolidation's restatements of memories) are not in the context's
+# memories: adding them was not measured with bench.context --quality (docs/retrieval.md).
+CONTEXT_TYPES = [t for t in MEMORY_TYPES if t != "observation"]
 MIN_MESSAGE_SIMILARITY = CONTEXT_TURNS.min_similarity
 LINE_CHARS = 600
 # a past turn's line is cut at this share of the budget in characters (between
@@ -320,6 +324,7 @@ async def assemble_auto(
                 member=member,
                 limit=MAX_MEMORIES,
                 as_of=query.as_of,
+                types=CONTEXT_TYPES,
             )
             # the relevant ones first (a stable sort keeps each part's ranking)
             memories.sort(key=lambda m: not m.relevant)

@@ -1,4 +1,5 @@
-"""Nova's ``memory`` surface (spec 3.2): search, add, get, archive, list_themes."""
+"""Nova's ``memory`` surface (spec 3.2): search, add, get, archive, list_themes; and
+consolidation (issue 31.2): ask for a run, read how the last one went."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from services.query.api.auth import Caller, UserId
 from services.query.api.deps import Pool, Pub, State
 from services.query.memory import items as ms
 from services.query.memory.requests import AddIn, SearchIn
+from shared.memory import observations as consolidation
 
 router = APIRouter(prefix="/v1/memory", tags=["memory (Nova)"])
 
@@ -74,3 +76,33 @@ async def delete(item_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> m
 )
 async def themes(user_id: UserId, pool: Pool) -> ms.Themes:
     return await ms.list_themes(pool, user_id=user_id)
+
+
+def _consolidation(user_id: str, row: dict[str, Any] | None) -> dict[str, Any]:
+    row = row or {}
+    at = {k: row.get(k) for k in ("requested_at", "started_at", "finished_at")}
+    return {
+        "user_id": user_id,
+        **{k: v.isoformat() if v is not None else None for k, v in at.items()},
+        "stats": dict(row.get("stats") or {}),
+    }
+
+
+@router.post(
+    "/consolidate",
+    status_code=202,
+    summary="Ask for a consolidation run (related memories into observations, the cap, "
+    "the profile); the extractor runs it in the background",
+    response_model=R.ConsolidationOut,
+)
+async def consolidate(user_id: UserId, pool: Pool) -> dict[str, Any]:
+    return _consolidation(user_id, await consolidation.request(pool, user_id))
+
+
+@router.get(
+    "/consolidation",
+    summary="How the user's last consolidation run went, and whether one is asked for",
+    response_model=R.ConsolidationOut,
+)
+async def consolidation_state(user_id: UserId, pool: Pool) -> dict[str, Any]:
+    return _consolidation(user_id, await consolidation.state(pool, user_id))
