@@ -159,33 +159,59 @@ terms AS MATERIALIZED (
     + _BM25_RANKED,
 }
 
+# A turn's semantic distance is its best vector's: its own (its head) or one of its
+# passages' (a long turn cut by the embedder, migration 0160), read only while the
+# turn is ``ready`` (passages are written with the turn's vector, of its model).
+# The turn comes once, at its best passage's distance.
+#
 # Exact: "+ 0" keeps the planner off the HNSW index, so every one of the user's
 # rows is compared (used when the user has few rows).
 _SEMANTIC_EXACT = """
 semantic AS (
-    SELECT m.id, (m.embedding <=> $3::vector)::float8 AS dist,
-           row_number() OVER (ORDER BY (m.embedding <=> $3::vector) + 0, m.id) AS pos
-    FROM messages m
-    WHERE m.user_id = $1 AND $3::vector IS NOT NULL
-      AND m.embedding_state = 'ready' AND m.embedding IS NOT NULL {filters}
-    ORDER BY (m.embedding <=> $3::vector) + 0, m.id
+    SELECT v.id, min(v.dist) AS dist, row_number() OVER (ORDER BY min(v.dist), v.id) AS pos
+    FROM (
+        SELECT m.id, (m.embedding <=> $3::vector)::float8 + 0 AS dist
+        FROM messages m
+        WHERE m.user_id = $1 AND $3::vector IS NOT NULL
+          AND m.embedding_state = 'ready' AND m.embedding IS NOT NULL {filters}
+        UNION ALL
+        SELECT m.id, (p.embedding <=> $3::vector)::float8 + 0
+        FROM message_passages p JOIN messages m ON m.id = p.message_id AND m.user_id = $1
+        WHERE p.user_id = $1 AND $3::vector IS NOT NULL
+          AND m.embedding_state = 'ready' {filters}
+    ) AS v
+    GROUP BY v.id
+    ORDER BY min(v.dist), v.id
     LIMIT $8
 )"""
 
 # Index: ordered by the indexed expression, and naming the partial index's
 # predicate (vector_indexed: users listed for the index, migration 0050), so the
-# HNSW walk is used. The distance kept is the full-precision one.
+# HNSW walk is used; the passages' walk likewise (their index, migration 0160),
+# the turn's filters read from the turn as the walk goes. The distance kept is the
+# full-precision one.
 _SEMANTIC_INDEX = """
 semantic AS MATERIALIZED (
-    SELECT w.id, w.dist, row_number() OVER (ORDER BY w.walk, w.id) AS pos
+    SELECT w.id, min(w.dist) AS dist,
+           row_number() OVER (ORDER BY min(w.walk), w.id) AS pos
     FROM (
-        SELECT m.id, (m.embedding <=> $3::vector)::float8 AS dist,
-               m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim}) AS walk
-        FROM messages m
-        WHERE m.user_id = $1 AND m.vector_indexed AND m.embedding_state = 'ready' {filters}
-        ORDER BY m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim})
-        LIMIT $8
+        (SELECT m.id, (m.embedding <=> $3::vector)::float8 AS dist,
+                m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim}) AS walk
+         FROM messages m
+         WHERE m.user_id = $1 AND m.vector_indexed AND m.embedding_state = 'ready' {filters}
+         ORDER BY m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim})
+         LIMIT $8)
+        UNION ALL
+        (SELECT m.id, (p.embedding <=> $3::vector)::float8,
+                p.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim})
+         FROM message_passages p JOIN messages m ON m.id = p.message_id AND m.user_id = $1
+         WHERE p.user_id = $1 AND p.vector_indexed AND m.embedding_state = 'ready' {filters}
+         ORDER BY p.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim})
+         LIMIT $8)
     ) AS w
+    GROUP BY w.id
+    ORDER BY min(w.walk), w.id
+    LIMIT $8
 )"""
 
 _NEAR = """
@@ -218,7 +244,9 @@ SELECT c.*, t.occurred_at, t.content ~ '\\?\\s*$' AS asks, length(t.fts) AS len,
        {t_who} AS who,
        coalesce(to_tsvector('english', coalesce(t.display_name, '')) @@ q.tsq, false) AS named,
        CASE WHEN $3::vector IS NOT NULL AND t.embedding_state = 'ready'
-            THEN 1 - (t.embedding <=> $3::vector) END AS cos,
+            THEN 1 - least(t.embedding <=> $3::vector,
+                           (SELECT min(p.embedding <=> $3::vector) FROM message_passages p
+                            WHERE p.message_id = t.id AND p.user_id = $1)) END AS cos,
        EXISTS (SELECT 1 FROM unnest($10::timestamptz[], $11::timestamptz[]) AS p(lo, hi)
                WHERE t.occurred_at >= p.lo AND t.occurred_at < p.hi) AS in_period,
        bef.ids AS before_ids, bef.ats AS before_ats, bef.whos AS before_whos,
