@@ -13,9 +13,11 @@ else (one long word: a blob, a hash) anywhere. Each passage is embedded as
 the content (``start``, ``end``); a search reads a turn's best vector, its
 head's or a passage's (docs/embeddings.md, "Passages").
 
-The first window is the head the turn's own vector already reads, so passages
-are numbered from 1; ``max_passages`` bounds one turn's (a 1,000,000-character
-log of distinct words makes about 1,400 at the defaults).
+The first window (``idx`` 0) is the head the turn's own vector already reads:
+it is stored with that vector, not embedded again, so a long turn's passages
+cover all of it (for its words too: each passage's are indexed, ``fts``);
+``max_passages`` bounds one turn's (a 1,000,000-character log of distinct words
+makes about 1,400 at the defaults).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ _END = re.compile(r"[.!?:;)\]\"'`]$")
 
 @dataclass(frozen=True)
 class Passage:
-    idx: int  # 1.. (0 is the head: the turn's own vector)
+    idx: int  # 0 is the head, whose vector is the turn's own
     start: int  # character offsets in the turn's content
     end: int
     text: str  # the passage, whitespace runs as one space
@@ -43,13 +45,13 @@ class Passage:
 def split(
     content: str, *, size: int = SIZE, overlap: int = OVERLAP, max_passages: int = MAX_PASSAGES
 ) -> list[Passage]:
-    """The passages of ``content`` after its head; [] when it fits in one window."""
+    """The passages of ``content``, its head first; [] when it fits in one window."""
     words = _words(content, size)
     if not words:
         return []
     windows: list[tuple[int, int]] = []  # [first word, last word + 1)
     i = 0
-    while i < len(words) and len(windows) < max_passages + 1:
+    while i < len(words) and len(windows) < max_passages:
         j, length = i, 0
         while j < len(words) and length + (words[j][1] - words[j][0]) + (j > i) <= size:
             length += (words[j][1] - words[j][0]) + (j > i)
@@ -66,8 +68,10 @@ def split(
             k -= 1
             back += words[k][1] - words[k][0] + 1
         i = k
+    if len(windows) < 2:
+        return []
     out = []
-    for n, (a, b) in enumerate(windows[1:], start=1):
+    for n, (a, b) in enumerate(windows):
         start, end = words[a][0], words[b - 1][1]
         out.append(Passage(n, start, end, " ".join(content[s:e] for s, e in words[a:b])))
     return out

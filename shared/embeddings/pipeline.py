@@ -178,13 +178,18 @@ def _chunks(group: Sequence[Item], batch: int) -> list[Sequence[Item]]:
     out: list[Sequence[Item]] = []
     start, texts = 0, 0
     for n, it in enumerate(group):
-        if texts and texts + 1 + len(it.row.passages) > batch:
+        if texts and texts + 1 + len(_to_embed(it)) > batch:
             out.append(group[start:n])
             start, texts = n, 0
-        texts += 1 + len(it.row.passages)
+        texts += 1 + len(_to_embed(it))
     if start < len(group):
         out.append(group[start:])
     return out
+
+
+def _to_embed(it: Item) -> list[Passage]:
+    """A long turn's passages to embed: all but its head (the turn's own text)."""
+    return [p for p in it.row.passages if p.idx > 0]
 
 
 def _out_of_line(
@@ -261,7 +266,7 @@ async def _embed_chunk(
     if not todo:
         return outcome
     started = time.perf_counter()
-    texts = [t for it in todo for t in (it.row.text, *(p.text for p in it.row.passages))]
+    texts = [t for it in todo for t in (it.row.text, *(p.text for p in _to_embed(it)))]
     try:
         # a chunk holding a long turn's passages may be more texts than one call takes
         vectors = []
@@ -297,17 +302,20 @@ async def _embed_chunk(
         vec = vectors[at]
         try:
             fitted_vectors.append(fit_to_column(vec, options.dim))
+            extra = _to_embed(it)
+            # the head passage (idx 0) is stored with the turn's own vector
+            own = [vec] * (len(it.row.passages) - len(extra))
             parts[it] = [
                 (p, fit_to_column(v, options.dim))
                 for p, v in zip(
-                    it.row.passages, vectors[at + 1 : at + 1 + len(it.row.passages)], strict=True
+                    it.row.passages, own + vectors[at + 1 : at + 1 + len(extra)], strict=True
                 )
             ]
             fitted.append(it)
             native.append(len(vec))
         except DimensionTooLarge as exc:
             errors[it] = str(exc)
-        at += 1 + len(it.row.passages)
+        at += 1 + len(_to_embed(it))
     outcome.add(
         await _store(
             pool,

@@ -57,11 +57,10 @@ def test_a_short_turn_has_no_passages_and_a_long_one_is_covered_with_overlap() -
     assert split("a few words only") == []
     text = _filler(5000)
     parts = split(text, size=800, overlap=100)
-    assert [p.idx for p in parts] == list(range(1, len(parts) + 1))
+    assert [p.idx for p in parts] == list(range(len(parts)))
     assert all(len(p.text) <= 800 for p in parts)
-    # the head (the turn's own vector) reads the first window; passages overlap and
-    # reach the end
-    assert parts[0].start < 800 and parts[-1].end == len(text)
+    # the head (idx 0, the turn's own vector) first; passages overlap and reach the end
+    assert parts[0].start == 0 and parts[-1].end == len(text)
     assert all(b.start < a.end for a, b in zip(parts, parts[1:], strict=False))
     # cut after a sentence
     assert all(text[p.end - 1] == "." for p in parts[:-1])
@@ -74,7 +73,12 @@ def test_whitespace_runs_and_one_long_word_are_cut_within_the_size() -> None:
     parts = split(padded)
     assert parts and all(len(p.text) <= 800 for p in parts)
     blob = "q" * 3000
-    assert [(p.start, p.end) for p in split(blob)] == [(800, 1600), (1600, 2400), (2400, 3000)]
+    assert [(p.start, p.end) for p in split(blob)] == [
+        (0, 800),
+        (800, 1600),
+        (1600, 2400),
+        (2400, 3000),
+    ]
 
 
 async def _ready(pool: asyncpg.Pool, user_id: str, n: int) -> bool:
@@ -142,6 +146,13 @@ async def test_a_fact_deep_in_a_long_assistant_turn_is_found_by_meaning_once(
     )
     assert len(stored) == len(split(long_turn)) >= 6
     assert any(r["start_char"] <= long_turn.index(FACT) < r["end_char"] for r in stored)
+    # the head is stored with the turn's own vector (not embedded again), words indexed
+    assert await pool.fetchval(
+        "SELECT p.embedding = m.embedding AND p.fts @@ 'migrat'::tsquery"
+        " FROM message_passages p JOIN messages m ON m.id = p.message_id"
+        " WHERE p.message_id = $1 AND p.idx = 0",
+        long_id,
+    )
     # the turn's own vector (its head) does not know the fact: the passage does
     for mode in ("semantic", "fused"):
         hits = await _search(pool, es, user_id, QUERY, mode)

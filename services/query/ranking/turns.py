@@ -63,18 +63,64 @@ _FILTERS = """
 # BM25 (k1 = 1.2, b = 0.5) of the turns in ``hit`` (id, dl: the turn's length in
 # distinct words, lexeme, tf), given ``terms`` (lexeme, df) and ``corpus`` (n, avgdl):
 # the one formula both BM25 statements below end in.
+# A document is a turn, or a passage of one (``part``: the passage's idx) when
+# passages are read; a turn scores its best document's.
 _BM25_RANKED = """lexical AS (
     SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
     FROM (
-        SELECT h.id,
-               sum(ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5))
-                   * h.tf * 2.2 / (h.tf + 1.2 * (0.5 + 0.5 * h.dl / c.avgdl)))::float8 AS rank
-        FROM hit h JOIN terms t USING (lexeme) CROSS JOIN corpus c
-        GROUP BY h.id
-        ORDER BY rank DESC, h.id
+        SELECT d.id, max(d.rank) AS rank
+        FROM (
+            SELECT h.id,
+                   sum(ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5))
+                       * h.tf * 2.2 / (h.tf + 1.2 * (0.5 + 0.5 * h.dl / c.avgdl)))::float8
+                       AS rank
+            FROM hit h JOIN terms t USING (lexeme) CROSS JOIN corpus c
+            GROUP BY h.id, h.part
+        ) AS d
+        GROUP BY d.id
+        ORDER BY rank DESC, d.id
         LIMIT $8
     ) AS l
 )"""
+
+# BM25's documents: a user's turns, each its content plus its speaker's name.
+_BM25_TURNS = """
+doc AS (
+    SELECT m.id, 0 AS part, m.fts || to_tsvector('english', coalesce(m.display_name, '')) AS v
+    FROM messages m
+    WHERE m.user_id = $1 {filters}
+),"""
+
+# ... or, a long turn, its passages (migration 0160), each with its speaker's name.
+_BM25_PASSAGES = """
+doc AS (
+    SELECT m.id, 0 AS part, m.fts || to_tsvector('english', coalesce(m.display_name, '')) AS v
+    FROM messages m
+    WHERE m.user_id = $1 {filters}
+      AND NOT EXISTS (SELECT 1 FROM message_passages p WHERE p.message_id = m.id)
+    UNION ALL
+    SELECT m.id, p.idx, p.fts || to_tsvector('english', coalesce(m.display_name, ''))
+    FROM message_passages p JOIN messages m ON m.id = p.message_id AND m.user_id = $1
+    WHERE p.user_id = $1 {filters}
+),"""
+
+_BM25 = """
+corpus AS (
+    SELECT count(*)::float8 AS n, greatest(avg(length(v)), 1)::float8 AS avgdl FROM doc
+),
+terms AS (
+    SELECT t.lexeme, count(d.id)::float8 AS df
+    FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', $2::text)))
+          AS lexeme) AS t
+    JOIN doc d ON d.v @@ quote_literal(t.lexeme)::tsquery
+    GROUP BY t.lexeme
+),
+hit AS (
+    SELECT d.id, d.part, length(d.v) AS dl, x.lexeme,
+           coalesce(cardinality(x.positions), 1) AS tf
+    FROM doc d, unnest(d.v) AS x
+),
+"""
 
 _LEXICAL = {
     "ts_rank": """
@@ -90,28 +136,9 @@ lexical AS (
 )""",
     # BM25 over the user's own turns, each turn's document being its content plus
     # its speaker's name; document length is the number of distinct lexemes.
-    "bm25": """
-doc AS (
-    SELECT m.id, m.fts || to_tsvector('english', coalesce(m.display_name, '')) AS v
-    FROM messages m
-    WHERE m.user_id = $1 {filters}
-),
-corpus AS (
-    SELECT count(*)::float8 AS n, greatest(avg(length(v)), 1)::float8 AS avgdl FROM doc
-),
-terms AS (
-    SELECT t.lexeme, count(d.id)::float8 AS df
-    FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', $2::text)))
-          AS lexeme) AS t
-    JOIN doc d ON d.v @@ quote_literal(t.lexeme)::tsquery
-    GROUP BY t.lexeme
-),
-hit AS (
-    SELECT d.id, length(d.v) AS dl, x.lexeme, coalesce(cardinality(x.positions), 1) AS tf
-    FROM doc d, unnest(d.v) AS x
-),
-"""
-    + _BM25_RANKED,
+    "bm25": _BM25_TURNS + _BM25 + _BM25_RANKED,
+    # the same over documents that are a long turn's passages (``lexical_passages``)
+    "bm25_passages": _BM25_PASSAGES + _BM25 + _BM25_RANKED,
     # The same BM25 for a big user, searched with no filter, reading only the turns
     # that hold a query word: the corpus (turns, their mean length) and the turns a
     # speaker's name brings to a word's document frequency come from
@@ -138,8 +165,8 @@ corpus AS MATERIALIZED (
     FROM speakers
 ),
 hit AS MATERIALIZED (
-    SELECT d.id, length(d.v) AS dl, x.lexeme, coalesce(cardinality(x.positions), 1) AS tf,
-           x.lexeme = ANY(d.words) AS by_name
+    SELECT d.id, 0 AS part, length(d.v) AS dl, x.lexeme,
+           coalesce(cardinality(x.positions), 1) AS tf, x.lexeme = ANY(d.words) AS by_name
     FROM (SELECT m.id, s.words, m.fts || s.v AS v
           FROM messages m CROSS JOIN q
                JOIN speakers s ON s.speaker = coalesce(m.display_name, '')
@@ -459,7 +486,11 @@ async def rank_turns(
         [lo for lo, _ in named],
         [hi for _, hi in named],
     ]
-    lexical = "bm25" if spec.lexical == "bm25" else "ts_rank"
+    lexical = (
+        ("bm25_passages" if spec.lexical_passages else "bm25")
+        if spec.lexical == "bm25"
+        else "ts_rank"
+    )
     if isinstance(conn, asyncpg.Pool):
         async with conn.acquire() as c:
             rows = await _candidates(c, user_id, lexical, args, spec)
