@@ -367,9 +367,10 @@ async def write_vectors_many(
 DROP_PASSAGES = "DELETE FROM message_passages WHERE message_id = ANY($1::bigint[])"
 WRITE_PASSAGES = """
 INSERT INTO message_passages (message_id, idx, user_id, start_char, end_char, embedding,
-                              fts, vector_indexed)
+                              fts, speaker, turn_lexemes, vector_indexed)
 SELECT u.id, u.idx, u.user_id, u.s, u.e, u.vec,
        to_tsvector('english', substr(m.content, u.s + 1, u.e - u.s)),
+       coalesce(m.display_name, ''), length(m.fts),
        EXISTS (SELECT 1 FROM vector_index_users v
                WHERE v.user_id = u.user_id AND v.kind = 'message')
 FROM unnest($1::text[], $2::bigint[], $3::int[], $4::int[], $5::int[], $6::vector[])

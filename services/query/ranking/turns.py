@@ -184,6 +184,56 @@ terms AS MATERIALIZED (
 ),
 """
     + _BM25_RANKED,
+    # ... and over a long turn's passages instead of the turn (``lexical_passages``):
+    # the corpus counts the turns without passages and the passages (migration
+    # 0161 keeps their numbers beside the turns'), the documents read are those
+    # holding a query word: such turns (fts GIN of messages) and such passages
+    # (fts GIN of message_passages). Ranks equal "bm25_passages"' but for the same
+    # two things as above.
+    "bm25_stats_passages": """
+qterms AS MATERIALIZED (
+    SELECT DISTINCT w AS lexeme
+    FROM unnest(tsvector_to_array(to_tsvector('english', $2::text))) AS w
+),
+speakers AS MATERIALIZED (
+    SELECT s.speaker, s.turns - s.long_turns + s.passages AS turns,
+           s.lexemes - s.long_lexemes + s.passage_lexemes AS lexemes,
+           n.v, tsvector_to_array(n.v) AS words
+    FROM message_text_stats s
+         CROSS JOIN LATERAL (SELECT to_tsvector('english', s.speaker) AS v) AS n
+    WHERE s.user_id = $1
+),
+corpus AS MATERIALIZED (
+    SELECT sum(turns)::float8 AS n,
+           greatest(sum(lexemes + turns * cardinality(words)) / greatest(sum(turns), 1),
+                    1)::float8 AS avgdl
+    FROM speakers
+),
+hit AS MATERIALIZED (
+    SELECT d.id, d.part, length(d.v) AS dl, x.lexeme,
+           coalesce(cardinality(x.positions), 1) AS tf, x.lexeme = ANY(d.words) AS by_name
+    FROM (SELECT m.id, 0 AS part, s.words, m.fts || s.v AS v
+          FROM messages m CROSS JOIN q
+               JOIN speakers s ON s.speaker = coalesce(m.display_name, '')
+          WHERE m.user_id = $1 AND q.tsq IS NOT NULL AND m.fts @@ q.tsq
+            AND NOT EXISTS (SELECT 1 FROM message_passages p WHERE p.message_id = m.id)
+          UNION ALL
+          SELECT p.message_id, p.idx, s.words, p.fts || s.v
+          FROM message_passages p CROSS JOIN q JOIN speakers s ON s.speaker = p.speaker
+          WHERE p.user_id = $1 AND q.tsq IS NOT NULL AND p.fts @@ q.tsq) AS d,
+         unnest(d.v) AS x
+    WHERE x.lexeme IN (SELECT lexeme FROM qterms)
+),
+terms AS MATERIALIZED (
+    SELECT t.lexeme,
+           (count(h.id) FILTER (WHERE NOT h.by_name)
+            + (SELECT coalesce(sum(s.turns), 0) FROM speakers s WHERE t.lexeme = ANY(s.words))
+           )::float8 AS df
+    FROM qterms t LEFT JOIN hit h ON h.lexeme = t.lexeme
+    GROUP BY t.lexeme
+),
+"""
+    + _BM25_RANKED,
 }
 
 # A turn's semantic distance is its best vector's: its own (its head) or one of its
@@ -591,10 +641,11 @@ async def _candidates(
     # Only users with many embedded turns are in the HNSW index (the embedder lists
     # them: shared/embeddings/vector_index.py); everyone else is compared exactly.
     big = await vector_index.uses_index(conn, user_id, "message")
-    if big and lexical == "bm25" and all(a is None for a in args[3:7]):
+    if big and lexical in ("bm25", "bm25_passages") and all(a is None for a in args[3:7]):
         # no chat, episode or time filter: the corpus is all the user's turns, whose
-        # statistics are kept (migration 0090), so only the matching turns are read
-        lexical = "bm25_stats"
+        # statistics are kept (migrations 0090, 0161), so only the matching turns
+        # (or passages) are read
+        lexical = "bm25_stats" if lexical == "bm25" else "bm25_stats_passages"
     if vector is None or not big:
         return list(await conn.fetch(EXACT[lexical], *args))
     async with hnsw_walk(conn, ef_search=EF_SEARCH) as c:
