@@ -21,10 +21,11 @@ The conversion:
   turn's session reads off its id), speaker ``User`` or ``Assistant`` with the
   roles ``user`` and ``assistant``; the generator's index marker ending a user
   message (``->-> 1,1``) is dropped, as LoCoMo's annotations are;
-- a message longer than a turn may be (``shared.events.MAX_TURN_CHARS``; chat 4's
-  message 97 has 348,853 characters, mostly spaces) is sent as consecutive turns
-  of at most that many characters, ids ``D<batch>:<id>#<k>`` (the burst form's
-  pieces: any piece found counts as the message found), never dropped;
+- a message longer than a turn may be (``shared.events.MAX_TURN_CHARS``, 1,000,000
+  characters; none of chats 1-10 is: chat 4's message 97, 348,853 characters,
+  mostly spaces, is one turn) is sent as consecutive turns of at most that many
+  characters, ids ``D<batch>:<id>#<k>`` (the burst form's pieces: any piece found
+  counts as the message found), never dropped;
 - a question per probing question that names evidence (``source_chat_ids``: a
   list, nested lists, or a dict of lists such as ``original_info`` and
   ``updated_info``): its evidence is the message ids named; its category BEAM's
@@ -106,7 +107,7 @@ def messages(chat: list[dict[str, Any]]) -> list[tuple[datetime, list[Message]]]
         out.append(
             (
                 start,
-                [Message(n, int(m["id"]), m["role"], _MARKER.sub("", m["content"])) for m in msgs],
+                [Message(n, int(m["id"]), m["role"], unmarked(m["content"])) for m in msgs],
             )
         )
     return out

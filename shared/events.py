@@ -46,8 +46,12 @@ EmbedKind = Literal["message", "memory", "episode"]
 EmbedReason = Literal["new", "rebuild", "backfill", "retry"]
 
 
-MAX_TURN_CHARS = 100_000
-"""The longest turn content ingest takes; a longer one is dead-lettered with the reason."""
+MAX_TURN_CHARS = 1_000_000
+"""The longest turn content ingest takes; a longer one is dead-lettered with the reason.
+A long turn is kept whole: its words are indexed from its first 200,000 characters
+(migration 0160: a tsvector holds 1 MB), and all of it is embedded as passages
+(``shared/embeddings/passages.py``). The API's body limit (1 MB by default) is the
+lower bound over HTTP."""
 MAX_JSON_CHARS = 256_000
 """``metadata``, ``tool_args``, ``tool_result`` are at most this long as JSON."""
 

@@ -155,7 +155,13 @@ async def embed_wanted(
         for kind, ids in kinds.items():
             pending[kind].extend((user_id, i) for i in ids)
     for kind, pairs in pending.items():
-        rows = await store.fetch_pending_many(pool, kind, pairs, max_chars=settings.embed_max_chars)
+        rows = await store.fetch_pending_many(
+            pool,
+            kind,
+            pairs,
+            max_chars=settings.embed_max_chars,
+            passage_chars=settings.embed_passage_chars,
+        )
         items.extend(Item(user_id, row) for user_id, row in rows)
 
     async def announce(outcome: Outcome) -> None:

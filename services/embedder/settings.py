@@ -39,6 +39,13 @@ class EmbedderSettings(EmbeddingSettings):
         "for them), but splits live traffic into more, smaller passes (docs/embeddings.md)",
     )
     embed_max_chars: int = Field(default=8000, description="longer texts are cut")
+    embed_passage_chars: int = Field(
+        default=800,
+        ge=0,
+        description="a turn longer than this many characters is also embedded as passages "
+        "of at most this many (its head stays the turn's own vector; docs/embeddings.md, "
+        "Passages); 0 = never",
+    )
     embed_retry_backoff_s: float = Field(
         default=5.0, description="first retry of rows whose provider was down, doubled"
     )

@@ -42,6 +42,7 @@ import asyncpg
 from shared.embeddings import store
 from shared.embeddings.base import DimensionTooLarge, Embedder, fit_to_column
 from shared.embeddings.guard import GuardedEmbedder, Guards, default_guards, endpoint_key
+from shared.embeddings.passages import Passage
 from shared.embeddings.providers import ProviderConfig, ProviderRegistry
 from shared.embeddings.store import Row
 from shared.errors import ConfigError, ProviderError, ProviderUnavailable
@@ -150,8 +151,7 @@ async def embed_items(
         key = endpoint_key(config)
         embedder = GuardedEmbedder(inner, key, guards, deadline_s=options.deadline_s)
         apart = key is not None and config.source == "user" and options.out_of_line
-        for i in range(0, len(group), options.batch):
-            chunk = group[i : i + options.batch]
+        for chunk in _chunks(group, options.batch):
             work = functools.partial(_embed_chunk, pool, chunk, embedder, config, options, obs)
             if apart and key is not None:
                 ran = _out_of_line(
@@ -173,6 +173,26 @@ async def embed_items(
     for outcome in await asyncio.gather(*inline):
         total.add(outcome)
     return total
+
+
+def _chunks(group: Sequence[Item], batch: int) -> list[Sequence[Item]]:
+    """``group`` in chunks of about ``batch`` texts, a long turn's passages counted
+    (one turn's passages stay in its chunk: they are written with its vector)."""
+    out: list[Sequence[Item]] = []
+    start, texts = 0, 0
+    for n, it in enumerate(group):
+        if texts and texts + 1 + len(_to_embed(it)) > batch:
+            out.append(group[start:n])
+            start, texts = n, 0
+        texts += 1 + len(_to_embed(it))
+    if start < len(group):
+        out.append(group[start:])
+    return out
+
+
+def _to_embed(it: Item) -> list[Passage]:
+    """A long turn's passages to embed: all but its head (the turn's own text)."""
+    return [p for p in it.row.passages if p.idx > 0]
 
 
 def _out_of_line(
@@ -249,8 +269,14 @@ async def _embed_chunk(
     if not todo:
         return outcome
     started = time.perf_counter()
+    texts = [t for it in todo for t in (it.row.text, *(p.text for p in _to_embed(it)))]
     try:
-        vectors = await embedder.embed([it.row.text for it in todo])
+        # a chunk holding a long turn's passages may be more texts than one call takes
+        vectors = []
+        for i in range(0, len(texts), options.batch):
+            vectors.extend(await embedder.embed(texts[i : i + options.batch]))
+        if len(vectors) != len(texts):
+            raise ProviderError(f"{len(vectors)} vectors for {len(texts)} texts")
     except (ProviderUnavailable, ConfigError) as exc:
         # ConfigError: the outbound guard refused the address the name resolves to now
         obs.provider_call(config.provider, len(todo), time.perf_counter() - started, False)
@@ -268,21 +294,40 @@ async def _embed_chunk(
         log.info("embedding refused (%s %s): %s", config.provider, config.model, str(exc)[:300])
         outcome.add(await _store(pool, config, [], [], {todo[0]: public_reason(exc)}, obs))
         return outcome
-    obs.provider_call(config.provider, len(todo), time.perf_counter() - started, True)
+    obs.provider_call(config.provider, len(texts), time.perf_counter() - started, True)
     fitted: list[Item] = []
     fitted_vectors: list[list[float]] = []
     native: list[int] = []
     errors: dict[Item, str] = {}
-    for it, vec in zip(todo, vectors, strict=True):
+    parts: dict[Item, list[tuple[Passage, list[float]]]] = {}
+    at = 0
+    for it in todo:
+        vec = vectors[at]
         try:
             fitted_vectors.append(fit_to_column(vec, options.dim))
+            extra = _to_embed(it)
+            # the head passage (idx 0) is stored with the turn's own vector
+            own = [vec] * (len(it.row.passages) - len(extra))
+            parts[it] = [
+                (p, fit_to_column(v, options.dim))
+                for p, v in zip(
+                    it.row.passages, own + vectors[at + 1 : at + 1 + len(extra)], strict=True
+                )
+            ]
             fitted.append(it)
             native.append(len(vec))
         except DimensionTooLarge as exc:
             errors[it] = str(exc)
+        at += 1 + len(_to_embed(it))
     outcome.add(
         await _store(
-            pool, config, list(zip(fitted, fitted_vectors, strict=True)), native, errors, obs
+            pool,
+            config,
+            list(zip(fitted, fitted_vectors, strict=True)),
+            native,
+            errors,
+            obs,
+            parts,
         )
     )
     return outcome
@@ -295,9 +340,10 @@ async def _store(
     native: list[int],
     errors: dict[Item, str],
     obs: Observer,
+    parts: dict[Item, list[tuple[Passage, list[float]]]] | None = None,
 ) -> Outcome:
-    """Write one chunk's vectors (one statement per table, every user's rows in it)
-    and errors in one transaction."""
+    """Write one chunk's vectors (one statement per table, every user's rows in it),
+    a turn's passages with its own vector, and errors in one transaction."""
     by_kind: dict[EmbedKind, list[int]] = defaultdict(list)
     for n, (it, _) in enumerate(done):
         by_kind[it.row.kind].append(n)
@@ -321,6 +367,13 @@ async def _store(
             outcome.skipped += len(idx) - len(written)
             if kind == "memory":
                 outcome.memories_ready.extend(written)
+            if kind == "message":
+                found = {(done[i][0].user_id, done[i][0].row.id): done[i][0] for i in idx}
+                await store.write_passages(
+                    conn,
+                    written,
+                    {key: (parts or {}).get(it, []) for key, it in found.items()},
+                )
         for (user_id, kind), errs in err_target.items():
             ids = await store.mark_errors(
                 conn, user_id, kind, provider=config.provider, model=config.model, errors=errs

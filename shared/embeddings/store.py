@@ -19,6 +19,8 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 from pgvector import Vector
 
+from shared.embeddings import passages as passage_split
+from shared.embeddings.passages import Passage
 from shared.events import EmbedKind
 
 MAX_TOOL_CHARS = 300
@@ -162,6 +164,9 @@ class Row:
     text: str
     pending_provider: str | None
     pending_model: str | None
+    # a long turn's passages after its head, each with the text to embed
+    # (``passages.py``); their vectors are written with the row's own
+    passages: tuple[Passage, ...] = ()
 
 
 def parse_id(kind: EmbedKind, raw: str) -> int | uuid.UUID:
@@ -192,9 +197,7 @@ def message_text(
     let a question that names a person or a time find the turn; a tool turn names
     the tool and, briefly, its args and result instead of a speaker."""
     if role != "tool" and not tool_name:
-        who = (speaker or "").strip() or role
-        text = f"{who}: {content}"
-        return f"{at:%d %B %Y} {text}" if at is not None else text
+        return message_head(role, speaker=speaker, at=at) + content
     body = [content] if content else []
     if tool_args not in (None, {}, []):
         body.append(f"args: {_brief(tool_args)}")
@@ -202,6 +205,18 @@ def message_text(
         body.append(f"result: {_brief(tool_result)}")
     head = f"tool {tool_name}" if tool_name else "tool"
     return f"{head}: {' | '.join(body)}" if body else head
+
+
+def message_head(role: str, *, speaker: str | None = None, at: datetime | None = None) -> str:
+    """``<date> <speaker>: ``, what a turn's text and each of its passages start with."""
+    who = (speaker or "").strip() or role
+    return f"{at:%d %B %Y} {who}: " if at is not None else f"{who}: "
+
+
+def collapse(text: str) -> str:
+    """``text`` with every run of whitespace as one space (what a word-piece model
+    reads anyway), so that a turn padded with spaces keeps its words within the cut."""
+    return " ".join(text.split())
 
 
 async def owners(
@@ -220,12 +235,17 @@ async def fetch_pending(
     ids: Sequence[int | uuid.UUID],
     *,
     max_chars: int,
+    passage_chars: int = passage_split.SIZE,
 ) -> list[Row]:
     """The user's rows among ``ids`` that still wait for a vector, with their text."""
     return [
         row
         for _, row in await fetch_pending_many(
-            conn, kind, [(user_id, i) for i in ids], max_chars=max_chars
+            conn,
+            kind,
+            [(user_id, i) for i in ids],
+            max_chars=max_chars,
+            passage_chars=passage_chars,
         )
     ]
 
@@ -236,18 +256,22 @@ async def fetch_pending_many(
     wanted: Sequence[tuple[str, int | uuid.UUID]],
     *,
     max_chars: int,
+    passage_chars: int = passage_split.SIZE,
 ) -> list[tuple[str, Row]]:
     """(owner, row) for the (owner, id) pairs still waiting for a vector: many users'
-    rows in one statement, each only if it belongs to the user it was asked for."""
+    rows in one statement, each only if it belongs to the user it was asked for. A
+    turn longer than ``passage_chars`` (0: never) comes with its passages."""
     if not wanted:
         return []
     owners, ids = zip(*wanted, strict=True)
     out = []
     for r in await conn.fetch(SQL[kind]["fetch"], list(owners), list(ids)):
+        parts: tuple[Passage, ...] = ()
         if kind == "message":
+            plain = r["role"] != "tool" and not r["tool_name"]
             text = (
                 message_text(
-                    r["content"],
+                    collapse(r["content"]) if plain else r["content"],
                     r["role"],
                     r["tool_name"],
                     r["tool_args"],
@@ -258,6 +282,12 @@ async def fetch_pending_many(
                 if r["content"] or r["tool_name"] or r["role"] == "tool"
                 else ""
             )
+            if plain and passage_chars > 0 and len(r["content"]) > passage_chars:
+                head = message_head(r["role"], speaker=r["display_name"], at=r["occurred_at"])
+                parts = tuple(
+                    Passage(p.idx, p.start, p.end, (head + p.text)[:max_chars])
+                    for p in passage_split.split(r["content"], size=passage_chars)
+                )
         else:
             text = r["content"] or ""
         out.append(
@@ -269,6 +299,7 @@ async def fetch_pending_many(
                     text.strip()[:max_chars],
                     r["embedding_provider"],
                     r["embedding_model"],
+                    parts,
                 ),
             )
         )
@@ -326,6 +357,50 @@ async def write_vectors_many(
         list(native_dims),
     )
     return [(r["user_id"], r["id"]) for r in rows]
+
+
+# A turn's passages are replaced whenever its own vector is written (the same
+# transaction): they are of the model its vector is, and a search reads them only
+# while the turn is ``ready`` (a rebuild that marks it pending hides them until its
+# new vector and passages replace them). In the HNSW index when the turn's owner is
+# listed for messages' (vector_index.py), as the turn itself.
+DROP_PASSAGES = "DELETE FROM message_passages WHERE message_id = ANY($1::bigint[])"
+WRITE_PASSAGES = """
+INSERT INTO message_passages (message_id, idx, user_id, start_char, end_char, embedding,
+                              fts, speaker, turn_lexemes, vector_indexed)
+SELECT u.id, u.idx, u.user_id, u.s, u.e, u.vec,
+       to_tsvector('english', substr(m.content, u.s + 1, u.e - u.s)),
+       coalesce(m.display_name, ''), length(m.fts),
+       EXISTS (SELECT 1 FROM vector_index_users v
+               WHERE v.user_id = u.user_id AND v.kind = 'message')
+FROM unnest($1::text[], $2::bigint[], $3::int[], $4::int[], $5::int[], $6::vector[])
+     AS u(user_id, id, idx, s, e, vec)
+JOIN messages m ON m.id = u.id AND m.user_id = u.user_id
+"""
+
+
+async def write_passages(
+    conn: Executor,
+    written: Sequence[tuple[str, Any]],
+    passages: dict[tuple[str, Any], Sequence[tuple[Passage, Sequence[float]]]],
+) -> int:
+    """Replace the passages of the turns in ``written`` ((owner, id) whose own vector
+    was just stored) by ``passages`` (each with its vector, fitted); the count written."""
+    if not written:
+        return 0
+    await conn.execute(DROP_PASSAGES, [int(i) for _, i in written])
+    cols: tuple[list[Any], ...] = ([], [], [], [], [], [])
+    for owner, row_id in written:
+        for passage, vec in passages.get((owner, row_id), ()):
+            for col, value in zip(
+                cols,
+                (owner, int(row_id), passage.idx, passage.start, passage.end, Vector(list(vec))),
+                strict=True,
+            ):
+                col.append(value)
+    if cols[0]:
+        await conn.execute(WRITE_PASSAGES, *cols)
+    return len(cols[0])
 
 
 async def mark_errors(

@@ -53,6 +53,15 @@ MARK = {
     """
     for kind, t in TABLES.items()
 }
+# a listed user's turns' passages (migration 0160) go into their own index with them
+MARK_PASSAGES = """
+    UPDATE message_passages SET vector_indexed = true
+    WHERE (message_id, idx) IN (
+        SELECT message_id, idx FROM message_passages
+        WHERE user_id = $1 AND NOT vector_indexed
+        LIMIT $2
+    )
+"""
 
 
 async def is_ready(conn: Executor, user_id: str, kind: EmbedKind) -> bool:
@@ -113,6 +122,11 @@ async def index_user(
 
 async def _mark_all(conn: Executor, user_id: str, kind: EmbedKind, batch: int) -> int:
     total = 0
+    if kind == "message":
+        while True:
+            status = await conn.execute(MARK_PASSAGES, user_id, batch)
+            if int(status.split()[-1]) < batch:
+                break
     while True:
         status = await conn.execute(MARK[kind], user_id, batch)
         n = int(status.split()[-1])

@@ -64,18 +64,64 @@ _FILTERS = """
 # BM25 (k1 = 1.2, b = 0.5) of the turns in ``hit`` (id, dl: the turn's length in
 # distinct words, lexeme, tf), given ``terms`` (lexeme, df) and ``corpus`` (n, avgdl):
 # the one formula both BM25 statements below end in.
+# A document is a turn, or a passage of one (``part``: the passage's idx) when
+# passages are read; a turn scores its best document's.
 _BM25_RANKED = """lexical AS (
     SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
     FROM (
-        SELECT h.id,
-               sum(ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5))
-                   * h.tf * 2.2 / (h.tf + 1.2 * (0.5 + 0.5 * h.dl / c.avgdl)))::float8 AS rank
-        FROM hit h JOIN terms t USING (lexeme) CROSS JOIN corpus c
-        GROUP BY h.id
-        ORDER BY rank DESC, h.id
+        SELECT d.id, max(d.rank) AS rank
+        FROM (
+            SELECT h.id,
+                   sum(ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5))
+                       * h.tf * 2.2 / (h.tf + 1.2 * (0.5 + 0.5 * h.dl / c.avgdl)))::float8
+                       AS rank
+            FROM hit h JOIN terms t USING (lexeme) CROSS JOIN corpus c
+            GROUP BY h.id, h.part
+        ) AS d
+        GROUP BY d.id
+        ORDER BY rank DESC, d.id
         LIMIT $8
     ) AS l
 )"""
+
+# BM25's documents: a user's turns, each its content plus its speaker's name.
+_BM25_TURNS = """
+doc AS (
+    SELECT m.id, 0 AS part, m.fts || to_tsvector('english', coalesce(m.display_name, '')) AS v
+    FROM messages m
+    WHERE m.user_id = $1 {filters}
+),"""
+
+# ... or, a long turn, its passages (migration 0160), each with its speaker's name.
+_BM25_PASSAGES = """
+doc AS (
+    SELECT m.id, 0 AS part, m.fts || to_tsvector('english', coalesce(m.display_name, '')) AS v
+    FROM messages m
+    WHERE m.user_id = $1 {filters}
+      AND NOT EXISTS (SELECT 1 FROM message_passages p WHERE p.message_id = m.id)
+    UNION ALL
+    SELECT m.id, p.idx, p.fts || to_tsvector('english', coalesce(m.display_name, ''))
+    FROM message_passages p JOIN messages m ON m.id = p.message_id AND m.user_id = $1
+    WHERE p.user_id = $1 {filters}
+),"""
+
+_BM25 = """
+corpus AS (
+    SELECT count(*)::float8 AS n, greatest(avg(length(v)), 1)::float8 AS avgdl FROM doc
+),
+terms AS (
+    SELECT t.lexeme, count(d.id)::float8 AS df
+    FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', $2::text)))
+          AS lexeme) AS t
+    JOIN doc d ON d.v @@ quote_literal(t.lexeme)::tsquery
+    GROUP BY t.lexeme
+),
+hit AS (
+    SELECT d.id, d.part, length(d.v) AS dl, x.lexeme,
+           coalesce(cardinality(x.positions), 1) AS tf
+    FROM doc d, unnest(d.v) AS x
+),
+"""
 
 _LEXICAL = {
     "ts_rank": """
@@ -91,28 +137,9 @@ lexical AS (
 )""",
     # BM25 over the user's own turns, each turn's document being its content plus
     # its speaker's name; document length is the number of distinct lexemes.
-    "bm25": """
-doc AS (
-    SELECT m.id, m.fts || to_tsvector('english', coalesce(m.display_name, '')) AS v
-    FROM messages m
-    WHERE m.user_id = $1 {filters}
-),
-corpus AS (
-    SELECT count(*)::float8 AS n, greatest(avg(length(v)), 1)::float8 AS avgdl FROM doc
-),
-terms AS (
-    SELECT t.lexeme, count(d.id)::float8 AS df
-    FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', $2::text)))
-          AS lexeme) AS t
-    JOIN doc d ON d.v @@ quote_literal(t.lexeme)::tsquery
-    GROUP BY t.lexeme
-),
-hit AS (
-    SELECT d.id, length(d.v) AS dl, x.lexeme, coalesce(cardinality(x.positions), 1) AS tf
-    FROM doc d, unnest(d.v) AS x
-),
-"""
-    + _BM25_RANKED,
+    "bm25": _BM25_TURNS + _BM25 + _BM25_RANKED,
+    # the same over documents that are a long turn's passages (``lexical_passages``)
+    "bm25_passages": _BM25_PASSAGES + _BM25 + _BM25_RANKED,
     # The same BM25 for a big user, searched with no filter, reading only the turns
     # that hold a query word: the corpus (turns, their mean length) and the turns a
     # speaker's name brings to a word's document frequency come from
@@ -139,8 +166,8 @@ corpus AS MATERIALIZED (
     FROM speakers
 ),
 hit AS MATERIALIZED (
-    SELECT d.id, length(d.v) AS dl, x.lexeme, coalesce(cardinality(x.positions), 1) AS tf,
-           x.lexeme = ANY(d.words) AS by_name
+    SELECT d.id, 0 AS part, length(d.v) AS dl, x.lexeme,
+           coalesce(cardinality(x.positions), 1) AS tf, x.lexeme = ANY(d.words) AS by_name
     FROM (SELECT m.id, s.words, m.fts || s.v AS v
           FROM messages m CROSS JOIN q
                JOIN speakers s ON s.speaker = coalesce(m.display_name, '')
@@ -158,35 +185,111 @@ terms AS MATERIALIZED (
 ),
 """
     + _BM25_RANKED,
+    # ... and over a long turn's passages instead of the turn (``lexical_passages``):
+    # the corpus counts the turns without passages and the passages (migration
+    # 0161 keeps their numbers beside the turns'), the documents read are those
+    # holding a query word: such turns (fts GIN of messages) and such passages
+    # (fts GIN of message_passages). Ranks equal "bm25_passages"' but for the same
+    # two things as above.
+    "bm25_stats_passages": """
+qterms AS MATERIALIZED (
+    SELECT DISTINCT w AS lexeme
+    FROM unnest(tsvector_to_array(to_tsvector('english', $2::text))) AS w
+),
+speakers AS MATERIALIZED (
+    SELECT s.speaker, s.turns - s.long_turns + s.passages AS turns,
+           s.lexemes - s.long_lexemes + s.passage_lexemes AS lexemes,
+           n.v, tsvector_to_array(n.v) AS words
+    FROM message_text_stats s
+         CROSS JOIN LATERAL (SELECT to_tsvector('english', s.speaker) AS v) AS n
+    WHERE s.user_id = $1
+),
+corpus AS MATERIALIZED (
+    SELECT sum(turns)::float8 AS n,
+           greatest(sum(lexemes + turns * cardinality(words)) / greatest(sum(turns), 1),
+                    1)::float8 AS avgdl
+    FROM speakers
+),
+hit AS MATERIALIZED (
+    SELECT d.id, d.part, length(d.v) AS dl, x.lexeme,
+           coalesce(cardinality(x.positions), 1) AS tf, x.lexeme = ANY(d.words) AS by_name
+    FROM (SELECT m.id, 0 AS part, s.words, m.fts || s.v AS v
+          FROM messages m CROSS JOIN q
+               JOIN speakers s ON s.speaker = coalesce(m.display_name, '')
+          WHERE m.user_id = $1 AND q.tsq IS NOT NULL AND m.fts @@ q.tsq
+            AND NOT EXISTS (SELECT 1 FROM message_passages p WHERE p.message_id = m.id)
+          UNION ALL
+          SELECT p.message_id, p.idx, s.words, p.fts || s.v
+          FROM message_passages p CROSS JOIN q JOIN speakers s ON s.speaker = p.speaker
+          WHERE p.user_id = $1 AND q.tsq IS NOT NULL AND p.fts @@ q.tsq) AS d,
+         unnest(d.v) AS x
+    WHERE x.lexeme IN (SELECT lexeme FROM qterms)
+),
+terms AS MATERIALIZED (
+    SELECT t.lexeme,
+           (count(h.id) FILTER (WHERE NOT h.by_name)
+            + (SELECT coalesce(sum(s.turns), 0) FROM speakers s WHERE t.lexeme = ANY(s.words))
+           )::float8 AS df
+    FROM qterms t LEFT JOIN hit h ON h.lexeme = t.lexeme
+    GROUP BY t.lexeme
+),
+"""
+    + _BM25_RANKED,
 }
 
+# A turn's semantic distance is its best vector's: its own (its head) or one of its
+# passages' (a long turn cut by the embedder, migration 0160), read only while the
+# turn is ``ready`` (passages are written with the turn's vector, of its model).
+# The turn comes once, at its best passage's distance.
+#
 # Exact: "+ 0" keeps the planner off the HNSW index, so every one of the user's
 # rows is compared (used when the user has few rows).
 _SEMANTIC_EXACT = """
 semantic AS (
-    SELECT m.id, (m.embedding <=> $3::vector)::float8 AS dist,
-           row_number() OVER (ORDER BY (m.embedding <=> $3::vector) + 0, m.id) AS pos
-    FROM messages m
-    WHERE m.user_id = $1 AND $3::vector IS NOT NULL
-      AND m.embedding_state = 'ready' AND m.embedding IS NOT NULL {filters}
-    ORDER BY (m.embedding <=> $3::vector) + 0, m.id
+    SELECT v.id, min(v.dist) AS dist, row_number() OVER (ORDER BY min(v.dist), v.id) AS pos
+    FROM (
+        SELECT m.id, (m.embedding <=> $3::vector)::float8 + 0 AS dist
+        FROM messages m
+        WHERE m.user_id = $1 AND $3::vector IS NOT NULL
+          AND m.embedding_state = 'ready' AND m.embedding IS NOT NULL {filters}
+        UNION ALL
+        SELECT m.id, (p.embedding <=> $3::vector)::float8 + 0
+        FROM message_passages p JOIN messages m ON m.id = p.message_id AND m.user_id = $1
+        WHERE p.user_id = $1 AND $3::vector IS NOT NULL
+          AND m.embedding_state = 'ready' {filters}
+    ) AS v
+    GROUP BY v.id
+    ORDER BY min(v.dist), v.id
     LIMIT $8
 )"""
 
 # Index: ordered by the indexed expression, and naming the partial index's
 # predicate (vector_indexed: users listed for the index, migration 0050), so the
-# HNSW walk is used. The distance kept is the full-precision one.
+# HNSW walk is used; the passages' walk likewise (their index, migration 0160),
+# the turn's filters read from the turn as the walk goes. The distance kept is the
+# full-precision one.
 _SEMANTIC_INDEX = """
 semantic AS MATERIALIZED (
-    SELECT w.id, w.dist, row_number() OVER (ORDER BY w.walk, w.id) AS pos
+    SELECT w.id, min(w.dist) AS dist,
+           row_number() OVER (ORDER BY min(w.walk), w.id) AS pos
     FROM (
-        SELECT m.id, (m.embedding <=> $3::vector)::float8 AS dist,
-               m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim}) AS walk
-        FROM messages m
-        WHERE m.user_id = $1 AND m.vector_indexed AND m.embedding_state = 'ready' {filters}
-        ORDER BY m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim})
-        LIMIT $8
+        (SELECT m.id, (m.embedding <=> $3::vector)::float8 AS dist,
+                m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim}) AS walk
+         FROM messages m
+         WHERE m.user_id = $1 AND m.vector_indexed AND m.embedding_state = 'ready' {filters}
+         ORDER BY m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim})
+         LIMIT $8)
+        UNION ALL
+        (SELECT m.id, (p.embedding <=> $3::vector)::float8,
+                p.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim})
+         FROM message_passages p JOIN messages m ON m.id = p.message_id AND m.user_id = $1
+         WHERE p.user_id = $1 AND p.vector_indexed AND m.embedding_state = 'ready' {filters}
+         ORDER BY p.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim})
+         LIMIT $8)
     ) AS w
+    GROUP BY w.id
+    ORDER BY min(w.walk), w.id
+    LIMIT $8
 )"""
 
 _NEAR = """
@@ -219,7 +322,9 @@ SELECT c.*, t.occurred_at, t.content ~ '\\?\\s*$' AS asks, length(t.fts) AS len,
        {t_who} AS who,
        coalesce(to_tsvector('english', coalesce(t.display_name, '')) @@ q.tsq, false) AS named,
        CASE WHEN $3::vector IS NOT NULL AND t.embedding_state = 'ready'
-            THEN 1 - (t.embedding <=> $3::vector) END AS cos,
+            THEN 1 - least(t.embedding <=> $3::vector,
+                           (SELECT min(p.embedding <=> $3::vector) FROM message_passages p
+                            WHERE p.message_id = t.id AND p.user_id = $1)) END AS cos,
        EXISTS (SELECT 1 FROM unnest($10::timestamptz[], $11::timestamptz[]) AS p(lo, hi)
                WHERE t.occurred_at >= p.lo AND t.occurred_at < p.hi) AS in_period,
        bef.ids AS before_ids, bef.ats AS before_ats, bef.whos AS before_whos,
@@ -432,7 +537,11 @@ async def rank_turns(
         [lo for lo, _ in named],
         [hi for _, hi in named],
     ]
-    lexical = "bm25" if spec.lexical == "bm25" else "ts_rank"
+    lexical = (
+        ("bm25_passages" if spec.lexical_passages else "bm25")
+        if spec.lexical == "bm25"
+        else "ts_rank"
+    )
     if isinstance(conn, asyncpg.Pool):
         async with conn.acquire() as c:
             rows = await _candidates(c, user_id, lexical, args, spec)
@@ -533,10 +642,11 @@ async def _candidates(
     # Only users with many embedded turns are in the HNSW index (the embedder lists
     # them: shared/embeddings/vector_index.py); everyone else is compared exactly.
     big = await vector_index.uses_index(conn, user_id, "message")
-    if big and lexical == "bm25" and all(a is None for a in args[3:7]):
+    if big and lexical in ("bm25", "bm25_passages") and all(a is None for a in args[3:7]):
         # no chat, episode or time filter: the corpus is all the user's turns, whose
-        # statistics are kept (migration 0090), so only the matching turns are read
-        lexical = "bm25_stats"
+        # statistics are kept (migrations 0090, 0161), so only the matching turns
+        # (or passages) are read
+        lexical = "bm25_stats" if lexical == "bm25" else "bm25_stats_passages"
     if vector is None or not big:
         return list(await conn.fetch(EXACT[lexical], *args))
     async with hnsw_walk(conn, ef_search=EF_SEARCH) as c:
