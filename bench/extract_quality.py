@@ -53,7 +53,9 @@ from services.ingest.service import store_turns
 from shared.db import create_pool
 from shared.embeddings.local import LocalEmbedder
 from shared.events import ExtractRequested, TurnReceived
+from shared.llm import offline
 from shared.llm.offline import OfflineExtractor
+from shared.llm.transcript import Line, Transcript
 from shared.settings import CommonSettings
 from shared.streams import Publisher
 
@@ -438,3 +440,210 @@ QUALITY_ROWS = [
     ("titles equal to the first line", "titles_equal_to_first_line"),
     ("QA evidence turn is a fact's source", "qa_evidence_is_a_fact_source"),
 ]
+
+
+# --- Statements a person would sign (issue 31.3) ---------------------------------------
+#
+#     python -m bench.extract_quality [locomo10.json]
+#
+# The offline extractor's own output, session by session (``summarize`` and
+# ``extract_facts`` on the session's transcript: no database, no fact review or dedupe),
+# scored on both halves (sample_ids sorted: the first five, the last five):
+#
+# - truncations: facts, summary sentences and key points cut short: holding "…", ending on
+#   a word that needs a continuation (:data:`DANGLING`: an article, a possessive, a
+#   conjunction, "a few"), or a verb of liking or use that lost its object before a
+#   preposition ("uses for ...");
+# - attribution errors on a labelled sample: the first 100 facts of each half (in
+#   conversation and session order) whose text matches one of the session's reference
+#   observations (cosine >= MATCH with the local model), the label being the speaker that
+#   LoCoMo's annotators filed that observation under; an error is a fact naming the other
+#   speaker first (or neither). Summary sentences whose subject joins both speakers
+#   ("A and B ...", the first sentence, which says who talked, left out) are counted too:
+#   in LoCoMo's sessions "we" is almost never the two speakers together (a speaker's
+#   family, friends, team);
+# - precision: share of facts whose best same-session observation *of the speaker the fact
+#   names* has cosine >= MATCH (0.65, as above).
+
+DANGLING = frozenset(
+    """a an the my his their our your its and or but nor few several very than because
+    whose""".split()
+)
+"""Words no whole English sentence ends on (a stranded preposition, "that", "is" can)."""
+_LOST_OBJECT = re.compile(
+    r"(?i)\b(?:uses|likes|loves|enjoys|prefers|hates|dislikes)\s+"
+    r"(?:for|with|in|at|on|from|by|because)\b"
+)
+_SENTENCE = re.compile(r"(?<=[.!?…])\s+(?=[A-Z])")
+
+
+def truncated(text: str) -> str | None:
+    """Why ``text`` reads as cut short, if it does (the rules above)."""
+    t = text.strip()
+    if "…" in t or t.endswith("..."):
+        return "ellipsis"
+    last = re.findall(r"[A-Za-z']+", t)
+    if last and last[-1].lower() in DANGLING:
+        return "dangling word"
+    for m in _LOST_OBJECT.finditer(t):
+        # "pottery, which Melanie uses for peace" is whole: the object comes before
+        if not re.search(r"(?i)\b(?:which|that|what|who|whom|where)\s+[\w']+\s+$", t[: m.start()]):
+            return "lost object"
+    return None
+
+
+def both_speakers(sentence: str, speakers: tuple[str, str]) -> bool:
+    a, b = (re.escape(s) for s in speakers)
+    return bool(re.match(rf"(?:{a} and {b}|{b} and {a})\b", sentence.strip()))
+
+
+def _transcript(conv: Conversation, session: Session) -> Transcript:
+    lines = []
+    for t in session.turns:
+        text = t["text"]
+        if t.get("blip_caption"):
+            text = f"{text} [shares an image: {t['blip_caption']}]"
+        role = "user" if t["speaker"] == conv.speaker_a else "assistant"
+        lines.append(Line(role=role, speaker=t["speaker"], text=text))
+    return Transcript(lines=lines, user_name=conv.speaker_a)
+
+
+def direct(convs: list[Conversation]) -> list[dict[str, Any]]:
+    """The offline extractor's summary and facts of every session (no database)."""
+    out = []
+    for conv in convs:
+        for session in conv.sessions:
+            tr = _transcript(conv, session)
+            summary = offline.summarize(tr)
+            facts = offline.extract_facts(tr)
+            out.append(
+                {
+                    "conversation": conv.sample_id,
+                    "session": session.key,
+                    "speakers": [conv.speaker_a, conv.speaker_b],
+                    "summary": summary.summary,
+                    "key_points": summary.key_points,
+                    "facts": [f.content for f in facts],
+                    "observations": {k: [t for t, _ in v] for k, v in session.observations.items()},
+                }
+            )
+    return out
+
+
+async def score_signed(records: list[dict[str, Any]], sample: int = 100) -> dict[str, Any]:
+    """Truncations, attribution errors on the labelled sample, precision (rules above)."""
+    embedder = LocalEmbedder()
+    texts: dict[str, int] = {}
+    for r in records:
+        for t in r["facts"] + [o for obs in r["observations"].values() for o in obs]:
+            texts.setdefault(t, len(texts))
+    vecs = _unit(await embedder.embed(list(texts))) if texts else np.zeros((0, 384))
+
+    def sim(a: str, b: str) -> float:
+        return float(vecs[texts[a]] @ vecs[texts[b]])
+
+    facts = precise = 0
+    cut: dict[str, int] = defaultdict(int)
+    examples: list[str] = []
+    labelled = errors = 0
+    error_examples: list[str] = []
+    summary_sentences = joint = 0
+    for r in records:
+        speakers = (r["speakers"][0], r["speakers"][1])
+        for kind, items in (
+            ("fact", r["facts"]),
+            ("summary sentence", _SENTENCE.split(r["summary"])),
+            ("key point", r["key_points"]),
+        ):
+            for text in items:
+                why = truncated(text)
+                if why:
+                    cut[kind] += 1
+                    if len(examples) < 10:
+                        examples.append(f"{kind} ({why}): {text}")
+        for s in _SENTENCE.split(r["summary"])[1:]:  # the first says who talked: both did
+            summary_sentences += 1
+            joint += both_speakers(s, speakers)
+        for f in r["facts"]:
+            facts += 1
+            who = named_speaker(f, speakers)
+            own = [sim(f, o) for o in r["observations"].get(who or "", [])]
+            precise += max(own, default=0.0) >= MATCH
+            best = max(
+                ((sim(f, o), spk) for spk, obs in r["observations"].items() for o in obs),
+                default=(0.0, None),
+            )
+            if best[0] >= MATCH and labelled < sample:
+                labelled += 1
+                if who != best[1]:
+                    errors += 1
+                    if len(error_examples) < 5:
+                        error_examples.append(f"{f} (label: {best[1]})")
+    return {
+        "sessions": len(records),
+        "facts": facts,
+        "truncated": dict(cut),
+        "truncated_total": sum(cut.values()),
+        "truncated_examples": examples,
+        "labelled_sample": labelled,
+        "attribution_errors": errors,
+        "attribution_error_rate": round(errors / labelled, 3) if labelled else 0.0,
+        "attribution_error_examples": error_examples,
+        "summary_sentences": summary_sentences,
+        "summary_sentences_joining_both_speakers": joint,
+        "fact_precision": round(precise / facts, 3) if facts else 0.0,
+    }
+
+
+def signed(path: Path) -> dict[str, Any]:
+    convs = load(path)
+    halves = {"first five": convs[:5], "last five": convs[5:]}
+    out: dict[str, Any] = {}
+    for name, part in halves.items():
+        t0 = time.perf_counter()
+        records = direct(part)
+        out[name] = asyncio.run(score_signed(records))
+        out[name]["conversations"] = [c.sample_id for c in part]
+        out[name]["seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+SIGNED_ROWS = [
+    ("truncated (facts + summary sentences + key points)", "truncated_total"),
+    ("attribution errors / labelled sample", "attribution_errors"),
+    ("summary sentences joining both speakers", "summary_sentences_joining_both_speakers"),
+    ("fact precision (same session+speaker, cos >= 0.65)", "fact_precision"),
+    ("facts", "facts"),
+]
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Statements a person would sign (LoCoMo)")
+    parser.add_argument(
+        "locomo", type=Path, nargs="?", default=Path("../shared/data/locomo/locomo10.json")
+    )
+    parser.add_argument("--out", type=Path, default=None, help="write the results (JSON) here")
+    args = parser.parse_args()
+    result = signed(args.locomo)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{'measure':<54}{'first five':>12}{'last five':>12}")
+    for label, key in SIGNED_ROWS:
+        a, b = result["first five"], result["last five"]
+        extra = (
+            (f" /{a['labelled_sample']}", f" /{b['labelled_sample']}")
+            if key == "attribution_errors"
+            else ("", "")
+        )
+        print(f"{label:<54}{str(a[key]) + extra[0]:>12}{str(b[key]) + extra[1]:>12}")
+    for name in ("first five", "last five"):
+        for e in (
+            result[name]["truncated_examples"][:5] + result[name]["attribution_error_examples"][:3]
+        ):
+            print(f"  {name}: {e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -273,11 +273,15 @@ def main() -> None:
         "collector), interleaved (no COPY floor)",
     )
     ap.add_argument("--old", type=Path, help="with --traces: the checkout to compare against")
+    ap.add_argument(
+        "--ways", help="with --traces: a comma-separated subset of old,off,on,on 1%% to run"
+    )
     args = ap.parse_args()
     if args.traces:
         from bench.traces import traces_runs
 
-        traces_runs(args.turns, args.rounds, old=args.old)
+        only = [w.strip() for w in args.ways.split(",")] if args.ways else None
+        traces_runs(args.turns, args.rounds, old=args.old, only=only)
         return
     if args.cluster:
         cluster_runs(args.turns, args.shards, args.rounds)

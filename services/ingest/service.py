@@ -124,11 +124,13 @@ SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[],
                      $7::text[], $8::text[], $9::text[], $10::jsonb[], $11::jsonb[], $12::text[],
                      $13::timestamptz[], $14::jsonb[])
 ON CONFLICT DO NOTHING
-RETURNING id, user_id, episode_id, occurred_at, event_id
+RETURNING id, user_id, episode_id, occurred_at
 """
 
+EVENTS_OF_MESSAGES = "SELECT id, event_id FROM messages WHERE id = ANY($1::bigint[])"
+
 PENDING_FOR_EVENTS = """
-SELECT id, user_id, event_id FROM messages
+SELECT id, user_id FROM messages
 WHERE event_id = ANY($1::uuid[]) AND embedding_state = 'pending'
 """
 
@@ -330,16 +332,19 @@ async def store_turns(
                 # Closed in this batch, or a late turn re-arms a closed episode's summary.
                 if row["status"] == "closed" and row["id"] not in asked:
                     extract.append(ExtractRequested(episode_id=row["id"], user_id=row["user_id"]))
-        to_embed = [(r["id"], r["user_id"], r["event_id"]) for r in inserted]
+        to_embed = [(r["id"], r["user_id"]) for r in inserted]
         if len(inserted) < len(kept):
             # Redelivered turns: ask again for any embedding still pending, in case the
             # first delivery committed but never got to publish its request.
             seen = {r["id"] for r in inserted}
             for r in await conn.fetch(PENDING_FOR_EVENTS, [d.event.event_id for d in kept]):
                 if r["id"] not in seen:
-                    to_embed.append((r["id"], r["user_id"], r["event_id"]))
+                    to_embed.append((r["id"], r["user_id"]))
 
-    await _request_embeddings(publisher, to_embed, batch)
+    if tracing.active():
+        await _request_traced_embeddings(pool, publisher, to_embed, batch)
+    else:
+        await publisher.publish(EMBED, _embed_requests(to_embed))
     if extract:
         await publisher.publish(EXTRACT, extract)
     return result
@@ -482,35 +487,46 @@ async def _span_for(
     return span
 
 
-async def _request_embeddings(
-    publisher: Publisher,
-    rows: Sequence[tuple[int, str, uuid.UUID]],
-    turns: Sequence[_Item[TurnReceived]],
-) -> None:
+def _embed_requests(rows: Sequence[tuple[int, str]]) -> list[EmbedRequested]:
     """One request for the whole batch: a batch of many users' turns costs one event,
     not one per user. It names the user when there is one; otherwise the embedder
-    takes each row's owner from the row. A traced batch (``shared.tracing``) sends one
-    request per sampled turn's trace instead (each continuing it), plus one for the
-    unsampled turns, in the same round trip."""
+    takes each row's owner from the row."""
+    if not rows:
+        return []
+    users = {user_id for _, user_id in rows}
+    targets = [EmbedTarget(kind="message", id=str(message_id)) for message_id, _ in rows]
+    return [EmbedRequested(user_id=users.pop() if len(users) == 1 else None, targets=targets)]
+
+
+async def _request_traced_embeddings(
+    pool: asyncpg.Pool,
+    publisher: Publisher,
+    rows: Sequence[tuple[int, str]],
+    turns: Sequence[_Item[TurnReceived]],
+) -> None:
+    """:func:`_embed_requests` for a traced batch (``shared.tracing``): one request per
+    sampled turn's trace (each continuing it) plus one for the unsampled turns, in the
+    same round trip. Which turn a row holds is read here, after the commit, so an
+    untraced batch pays nothing for it."""
     if not rows:
         return
-    if not tracing.active():
-        await publisher.publish(EMBED, [_embed_request(rows)])
-        return
     trace_of = tracing.traces_by_cause([d.event for d in turns])
-    by_trace: dict[str | None, list[tuple[int, str, uuid.UUID]]] = defaultdict(list)
+    event_of: dict[int, uuid.UUID] = {
+        r["id"]: r["event_id"]
+        for r in await pool.fetch(EVENTS_OF_MESSAGES, [message_id for message_id, _ in rows])
+    }
+    by_trace: dict[str | None, list[tuple[int, str]]] = defaultdict(list)
     for row in rows:
-        by_trace[trace_of.get(row[2])].append(row)
+        event_id = event_of.get(row[0])
+        by_trace[trace_of.get(event_id) if event_id is not None else None].append(row)
     await publisher.publish(
         EMBED,
-        [_embed_request(some).model_copy(update={"trace": t}) for t, some in by_trace.items()],
+        [
+            request.model_copy(update={"trace": trace})
+            for trace, some in by_trace.items()
+            for request in _embed_requests(some)
+        ],
     )
-
-
-def _embed_request(rows: Sequence[tuple[int, str, uuid.UUID]]) -> EmbedRequested:
-    users = {row[1] for row in rows}
-    targets = [EmbedTarget(kind="message", id=str(row[0])) for row in rows]
-    return EmbedRequested(user_id=users.pop() if len(users) == 1 else None, targets=targets)
 
 
 async def handle_episode_events(

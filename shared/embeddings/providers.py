@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import httpx
@@ -58,11 +59,18 @@ def preload(settings: EmbeddingSettings) -> None:
         local.load_model(settings.embedding_model)
 
 
+MAX_USER_ENDPOINTS = 256
+"""Users' endpoints kept, the least recently used dropped first: a user who changes
+their URL every few seconds made one client per URL, kept for good."""
+
+
 class ProviderRegistry:
     """One long-lived HTTP endpoint (client + limits) per base URL; close it at shutdown.
 
     A user's endpoint is called through ``shared.outbound.PinnedTransport``: every
-    request checked against ``allow`` and sent to the address checked."""
+    request checked against ``allow`` and sent to the address checked. Users'
+    endpoints share one connection pool, so one dropped beyond
+    ``MAX_USER_ENDPOINTS`` holds no connection (a call still in flight keeps it)."""
 
     def __init__(
         self,
@@ -76,7 +84,7 @@ class ProviderRegistry:
         self._transport = transport
         self._local_batch = local_batch
         self._allow = allow
-        self._endpoints: dict[tuple[str, bool], HttpEndpoint] = {}
+        self._endpoints: OrderedDict[tuple[str, bool], HttpEndpoint] = OrderedDict()
         # one connection pool under every user endpoint's guard (keyed by the pinned
         # address): a new transport costs an SSL context, ~50 ms of the event loop,
         # and a user who changes their URL every few seconds made one each time
@@ -107,7 +115,9 @@ class ProviderRegistry:
         """The client of ``base_url``; ``checked``: a user's, through the outbound guard."""
         base = base_url.rstrip("/")
         found = self._endpoints.get((base, checked))
-        if found is None:
+        if found is not None:
+            self._endpoints.move_to_end((base, checked))
+        else:
             transport = self._transport
             if checked:
                 if self._checked_inner is None:
@@ -115,7 +125,15 @@ class ProviderRegistry:
                 transport = PinnedTransport(self._allow, self._checked_inner, owns_inner=False)
             found = HttpEndpoint(base, options=self.options, transport=transport)
             self._endpoints[(base, checked)] = found
+            if checked and self.user_endpoints > MAX_USER_ENDPOINTS:
+                oldest = next(k for k in self._endpoints if k[1])
+                del self._endpoints[oldest]  # its connections are the shared pool's
         return found
+
+    @property
+    def user_endpoints(self) -> int:
+        """Users' endpoints kept now (at most ``MAX_USER_ENDPOINTS``)."""
+        return sum(1 for _, checked in self._endpoints if checked)
 
     def embedder(self, config: ProviderConfig) -> Embedder:
         if config.provider == "local":

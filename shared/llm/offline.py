@@ -152,6 +152,27 @@ _REACTION = re.compile(
     r"like that|admire|'m (?:sure|glad|sorry|happy for|proud of|thrilled for|here for)|"
     r"am (?:sure|glad|sorry|happy for|proud of))\b|^(?:that|this|it)(?:'s| is| was| sounds)\b"
 )
+_UNFINISHED = re.compile(
+    r"(?i)\b(?:a|an|the|my|his|their|our|your|its|and|or|but|nor|than|because|whose|"
+    r"a few|several|a couple|a couple of|one of)\W*$"
+)
+"""A sentence ending on a word that needs more ("... planning a few.", "... and the."): its
+noun was said before, or it was cut; never a statement to keep."""
+_PLURAL_OR_GENERIC = re.compile(
+    r"(?i)\b(?:we|we're|we've|we'll|we'd|us|our|ours|ourselves|yourself|yourselves)\b"
+)
+"""Who "we" are (the speaker's family, team, friends) and whom a generic "yourself" means
+are not in the sentence: reported as the two speakers they would be misattributed."""
+_RELATIVE_BEFORE = re.compile(r"(?i)\b(?:which|that|what|who|whom|where)\s*$")
+_NO_OBJECT = re.compile(r"(?i)^(?:for|with|in|at|on|from|by|because|about|as)\b")
+
+
+def whole(text: str) -> bool:
+    """Whether ``text`` reads as a whole statement: no "…", no unfinished ending."""
+    t = text.strip().rstrip(".!")
+    return bool(t) and "…" not in t and "..." not in t and _UNFINISHED.search(t) is None
+
+
 _FIRST_PERSON = re.compile(
     r"^(?:(?:last|this|next) (?:week|weekend|month|year|night|summer|fall|winter|spring|"
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)|yesterday|today|recently|"
@@ -277,9 +298,13 @@ def third_person(text: str, name: str, other: str | None = None) -> str:
     return _SECOND.sub(lambda m: second.get(m.lastgroup or "", m.group(0)), text)
 
 
+_TRAILING_DOTS = re.compile(r"\s*(?:\.\.\.+|…)\s*$")
+
+
 def reported(sentence: str, speaker: str, other: str | None) -> str:
-    """A sentence as reported speech about named people ("Caroline went to ...")."""
-    s = _clip_words(sentence, FACT_WORDS).rstrip(" ,;:-")
+    """A sentence as reported speech about named people ("Caroline went to ..."); the
+    caller gives a whole sentence of at most ``FACT_WORDS`` words (it is never cut)."""
+    s = _TRAILING_DOTS.sub("", sentence).rstrip(" ,;:-")
     text = third_person(s, speaker, other)
     if not re.match(rf"(?:[\w ,']{{0,40}}\s)?{re.escape(speaker)}\b", text):
         first = text.split(" ", 1)[0]
@@ -363,7 +388,9 @@ def summarize(transcript: Transcript) -> EpisodeSummary:
                 or _GREETING.match(s)
                 or _REACTION.search(s)
                 or s.lower() in seen
-                or len(s.split()) > 40
+                or len(s.split()) > FACT_WORDS
+                or _PLURAL_OR_GENERIC.search(s)
+                or not whole(_TRAILING_DOTS.sub("", s))
             ):
                 continue
             seen.add(s.lower())
@@ -378,19 +405,23 @@ def summarize(transcript: Transcript) -> EpisodeSummary:
     if asked:
         intro += " " + " ".join(asked)
     budget = SUMMARY_WORDS - len(intro.split())
+    room = SUMMARY_CHARS - len(intro) - 1
     chosen: list[tuple[float, int, str]] = []
     for item in ranked:
         n = len(item[2].split())
-        if n <= budget:
+        if n <= budget and len(item[2]) + 1 <= room:  # whole sentences only, within both limits
             chosen.append(item)
             budget -= n
+            room -= len(item[2]) + 1
         if budget < 5:
             break
     chosen.sort(key=lambda x: x[1])
     body = " ".join(text for _, _, text in chosen)
-    key_points = [
-        _clip_chars(text, KEY_POINT_CHARS) for _, _, text in sorted(ranked[:5], key=lambda x: x[1])
-    ]
+    key_points = [  # whole sentences: one longer than a key point may be is left out
+        text
+        for _, _, text in sorted([r for r in ranked if len(r[2]) <= KEY_POINT_CHARS][:5],
+                                 key=lambda x: x[1])
+    ]  # fmt: skip
     return EpisodeSummary(
         title=_title(names, topics, tools),
         summary=_clip_chars(f"{intro} {body}".strip(), SUMMARY_CHARS),
@@ -636,7 +667,12 @@ def extract_facts(transcript: Transcript) -> list[FactCandidate]:
                 if not is_user:
                     fact = fact.model_copy(update={"subject": speaker, "about": "person"})
                 key = fact.content.lower()
-                if key in seen or not is_statement(fact.content) or speaker not in fact.content:
+                if (
+                    key in seen
+                    or not is_statement(fact.content)
+                    or not whole(fact.content)
+                    or speaker not in fact.content
+                ):
                     continue  # a statement about a named person, that person being named
                 seen.add(key)
                 found.append(fact)
@@ -854,6 +890,8 @@ def _facts_in(s: str, name: str) -> list[FactCandidate]:
         s,
     ):
         verb, obj = m.group(1).lower(), _clause(m.group(2))
+        if _RELATIVE_BEFORE.search(s[: m.start()]) or _NO_OBJECT.match(obj):
+            continue  # "pottery, which I use for peace": its object is said before it
         if len(content_words(obj)) < 1:
             continue
         phrase = {"can't stand": "can't stand", "don't like": "doesn't like"}.get(

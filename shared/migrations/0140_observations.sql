@@ -1,4 +1,4 @@
--- Consolidation (issue 31.2; docs/memory.md, "Consolidation"): clusters of a
+-- Consolidation (issue 31.2; docs/extractor.md, "Consolidation"): clusters of a
 -- user's related memories become one observation, a memory_items row of type
 -- 'observation' (Navi's keyed upsert: category 'observation', key
 -- 'seed:<the cluster's first memory>'), refined in place as evidence arrives;

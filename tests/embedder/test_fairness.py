@@ -23,6 +23,7 @@ from services.embedder.settings import EmbedderSettings
 from services.query.app import create_app as query_app
 from services.query.settings import QuerySettings
 from shared.embeddings import ProviderSettingsIn, put_provider_settings
+from shared.embeddings.providers import MAX_USER_ENDPOINTS, ProviderConfig, ProviderRegistry
 from shared.errors import ProviderUnavailable
 from shared.events import EmbedRequested, EmbedTarget
 from shared.guard import Circuit, Guards
@@ -286,3 +287,28 @@ async def test_another_users_live_turns_keep_their_pace_beside_a_hanging_or_rota
     finally:
         fast.stop()
         hanging.stop()
+
+
+async def test_a_user_who_keeps_changing_their_url_leaves_a_bounded_set_of_clients() -> None:
+    """The registry kept one client per URL for good: a user rotating their URL every
+    3 s made 28,800 a day. The least recently used beyond ``MAX_USER_ENDPOINTS`` go (the
+    connections are the shared pool's); a URL that went still answers when used again."""
+    server = ScriptedServer().start()
+    registry = ProviderRegistry(allow="127.0.0.0/8")
+    try:
+        first = registry.endpoint(f"{server.url}/r0/v1", checked=True)
+        for n in range(1, MAX_USER_ENDPOINTS + 50):
+            registry.endpoint(f"{server.url}/r{n}/v1", checked=True)
+        assert registry.user_endpoints == MAX_USER_ENDPOINTS
+        newest = f"{server.url}/r{MAX_USER_ENDPOINTS + 49}/v1"
+        assert registry.endpoint(newest, checked=True) is registry.endpoint(newest, checked=True)
+        assert registry.endpoint(f"{server.url}/r0/v1", checked=True) is not first
+        config = ProviderConfig(
+            provider="openai", model="m", endpoint_url=f"{server.url}/r0/v1", source="user"
+        )
+        [vector] = await registry.embedder(config).embed(["tea"])
+        assert len(vector) == server.dims
+        assert registry.user_endpoints == MAX_USER_ENDPOINTS
+    finally:
+        await registry.aclose()
+        server.stop()

@@ -193,3 +193,24 @@ async def test_a_blank_search_over_mcp_lists_the_newest(
         huge = await client.call_tool("memory", {"operation": "search", "query": HUGE})
         assert huge.is_error and "query" in huge.content[0].text
         assert HUGE[:50] not in huge.content[0].text
+
+
+async def test_the_browsers_search_box_follows_the_same_rule(
+    make_settings: Callable[..., Any], pool: asyncpg.Pool, user_id: str
+) -> None:
+    """The browser answers bad input with its 400 page (not the API's 422), naming the
+    search text and its limit, never echoing it."""
+    embedder = Recording()
+    app = create_app(make_settings(QuerySettings), resolver=resolver_for(embedder))
+    h = await auth(pool, user_id)
+    async with running(app) as client:
+        await _seed(client, pool, user_id, h)
+        r = await client.post("/ui/login", data={"key": h["Authorization"].split()[1]})
+        assert r.status_code == 303, r.text
+        for text in BLANK:
+            r = await client.get("/ui/memories", params={"q": text})
+            assert r.status_code == 200 and f"{MARK} jam" in r.text, (text, r.text[:300])
+        r = await client.get("/ui/memories", params={"q": HUGE})
+    assert r.status_code == 400 and f"longer than {MAX_SEARCH_CHARS} characters" in r.text
+    assert HUGE[:50] not in r.text
+    assert [t for t in embedder.asked if t.strip() in ("", "*")] == []
