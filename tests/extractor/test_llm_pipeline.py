@@ -67,6 +67,8 @@ def responder(body: dict[str, Any]) -> Reply:
         return Reply(SUMMARY, usage=(400, 80))
     if "extract any facts" in prompt:
         return Reply(FACTS, usage=(600, 120))
+    if "standing instructions and preferences" in prompt:
+        return Reply({"facts": []}, usage=(200, 10))
     if "narrative" in prompt:
         return Reply({"summary": "Tim lives near Silver Spring and likes Celsius."})
     return Reply(status=500, raw="{}")
