@@ -319,27 +319,29 @@ async def _extract(
             facts_error,
             fallback is not None,
         )
+        # the standing ones first: a fact of the same text then confirms the standing
+        # one (a memory is one or the other, and the standing one reaches every context)
         result = await apply_plan(
             conn,
-            plan,
+            standing,
             user_id=request.user_id,
             episode_id=request.episode_id,
             extractor_name=ex.name,
             heuristic=ex.heuristic,
-            limit=x.max_facts,
+            limit=MAX_STANDING_PER_EPISODE,
             contradicts=ex.contradicts,
+            standing=True,
         )
         result.add(
             await apply_plan(
                 conn,
-                standing,
+                plan,
                 user_id=request.user_id,
                 episode_id=request.episode_id,
                 extractor_name=ex.name,
                 heuristic=ex.heuristic,
-                limit=MAX_STANDING_PER_EPISODE,
+                limit=x.max_facts,
                 contradicts=ex.contradicts,
-                standing=True,
             )
         )
     _count_facts(x, result)

@@ -82,8 +82,8 @@ _REQUEST = re.compile(
 )
 _HABITUAL = re.compile(rf"(?i)\b(?:{_HABIT})\b")
 _PREFER = re.compile(
-    r"(?i)\b(?:I (?:really |also |generally |usually |much |definitely |still |now |always )?"
-    r"(?P<verb>prefer|'d prefer|would prefer|'d rather|would rather)|"
+    r"(?i)\b(?:I(?P<verb> (?:really |also |generally |usually |much |definitely |still |now |"
+    r"always )?prefer|(?:['’]d| would) (?:much |really )?(?:prefer|rather))|"
     r"my (?P<noun>preference) (?:is|for|would be))\b\s*(?P<what>.+)"
 )
 # hedged, conditional or negated: not a stated preference
