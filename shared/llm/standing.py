@@ -15,7 +15,7 @@ carries, whatever its shape), sentence by sentence:
   here on", "in future", "every time" / "whenever" / "each time"; a one-off
   request ("please help me with X") is not one;
 - a **preference** is a first-person preference verb: "I prefer", "I'd
-  prefer", "I'd rather", "I would rather", "my preference is / for"; its
+  prefer", "I'd rather ... than ...", "my preference is / for"; its
   clause runs to the end of the sentence or to the question that follows it
   (", can you help me ..."), so "I prefer simple, minimal dependencies, how can
   I ..." gives "User prefers simple, minimal dependencies."; hedged or
@@ -96,8 +96,10 @@ _CLAUSE_END = re.compile(
     r"[?;!]|\.(?:\s|$)|,?\s+(?:can|could|would|will|should|do|does|is|are)\s+"
     r"(?:you|I|we|it|this|that|there)\b|,\s+(?:how|what|which|where|when|why|but|so|and I'm|"
     r"and I am|and I|and also|and then|and can|and how|because|since|considering|though|"
-    r"although|especially|any|maybe|like I|as I)\b|\s+(?:but|so that|because)\s"
+    r"although|especially|any|maybe|like I|as I|by the way|btw|anyway|too|as well)\b|"
+    r"\s+(?:but|so that|because)\s"
 )
+_VAGUE = frozenset("it that this them one either both neither those these so".split())
 _FIRST = re.compile(
     r"\b(?P<i_am>I['’]m|I am)\b|\b(?P<i_have>I['’]ve)\b|\bI (?P<verb>[a-z]+)\b|\bI\b|"
     r"(?i:\b(?P<my>my)\b)|(?i:\b(?P<me>me)\b)|(?i:\b(?P<myself>myself)\b)"
@@ -170,9 +172,11 @@ def preference_in(sentence: str, name: str) -> str | None:
     end = _CLAUSE_END.search(what)
     what = (what[: end.start()] if end else what).strip(" ,;:-")
     what = re.sub(r"(?i)^(?:to )?(?:it|that|this) (?=if|when)", "", what)
-    if _words(what) < 2 if m.group("noun") is None else _words(what) < 3:
+    if _words(what) < (1 if m.group("noun") is None else 3) or what.lower() in _VAGUE:
         return None
     verb = m.group("verb") or ""
+    if "rather" in verb.lower() and not re.search(r"(?i)\bthan\b", what):
+        return None  # "I'd rather show you a photo": a choice now, not a standing one
     if "rather" in verb.lower():
         text = f"{name} would rather {about(what, name)}"
     elif m.group("noun"):

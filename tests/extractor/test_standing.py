@@ -70,13 +70,15 @@ def test_preferences_are_first_person_preference_verbs_cut_at_the_question() -> 
         "can you help me with that?",
         "Tim",
     ) == ("Tim prefers using Microsoft Word over Google Docs due to better formatting control.")
-    assert preference_in("I'd rather work in the mornings when I'm focused.", "Tim") == (
-        "Tim would rather work in the mornings when Tim is focused."
+    assert preference_in("I'd rather use tabs than spaces when I'm coding.", "Tim") == (
+        "Tim would rather use tabs than spaces when Tim is coding."
     )
+    assert preference_in("Great. I prefer Celsius, by the way.", "Tim") == "Tim prefers Celsius."
     for sentence in (
         "I'm not sure if I prefer tabs or spaces.",
         "Do you think I prefer it?",
         "I prefer it.",
+        "I'd rather show you a photo.",  # a choice now, not a standing one
         "I like pizza a lot.",  # a liking, not a preference stated to the assistant
     ):
         assert preference_in(sentence, "Tim") is None, sentence
