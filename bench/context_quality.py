@@ -15,7 +15,8 @@ agent would:
 
 - ``POST /v1/context`` (Ash's ``auto`` policy) at token budgets 500, 1,000 and
   2,000: an evidence turn is covered when its text is in the context's text, or
-  a memory in the context came from it;
+  a memory in the context (its memories or its standing instructions and
+  preferences) came from it;
 - ``POST /v1/recall`` (5 memories) and ``POST /v1/memory/search`` (10): covered
   when a returned memory came from an evidence turn (its ``source_message_id``,
   or the extractor's quote, ``source_context``, is part of the turn's text);
@@ -279,7 +280,10 @@ def context_covered(body: dict[str, Any], t: Truth, evidence: frozenset[str]) ->
     got = {d for d in evidence if d in t.turn_text and t.turn_text[d][:200] in text}
     shown = {m["id"] for m in body["sections"].get("messages", [])}
     got |= {d for d, ids in t.turn_id.items() if d in evidence and ids & shown}
-    return got | t.memory_sources([m["id"] for m in body["sections"].get("memories", [])])
+    shown_memories = [
+        m["id"] for part in ("memories", "standing") for m in body["sections"].get(part, [])
+    ]
+    return got | t.memory_sources(shown_memories)
 
 
 async def ask_all(

@@ -86,6 +86,7 @@ async def offline(episodes: list[tuple[Transcript, datetime]]) -> dict[str, Any]
         t0 = time.perf_counter()
         summary = await ex.summarize(transcript)
         candidates = await ex.extract_facts(transcript, summary, occurred_at=when)
+        await ex.extract_standing(transcript, occurred_at=when)
         for c in candidates:
             if find_secret(c.content) is None:
                 resolve_relative_dates(c.content, when)
@@ -104,7 +105,8 @@ async def offline(episodes: list[tuple[Transcript, datetime]]) -> dict[str, Any]
         "p95_ms_per_episode": round(sorted(times)[int(len(times) * 0.95)] * 1000, 2),
         "fact_candidates_per_episode": round(facts / len(episodes), 2),
         "candidates_at_or_above_0.6_per_episode": round(kept / len(episodes), 2),
-        "scope": "summary + pattern facts + secret filter + date resolution; no database",
+        "scope": "summary + pattern facts + standing instructions and preferences + secret "
+        "filter + date resolution; no database",
     }
 
 
@@ -174,6 +176,7 @@ async def llm_path(episodes: list[tuple[Transcript, datetime]], n: int) -> dict[
             before = client.usage.total_tokens
             summary = await ex.summarize(transcript)
             await ex.extract_facts(transcript, summary, occurred_at=when)
+            await ex.extract_standing(transcript, occurred_at=when)
             per_episode.append(client.usage.total_tokens - before)
     finally:
         await client.aclose()

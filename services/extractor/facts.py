@@ -76,8 +76,11 @@ WHERE user_id = $1 AND status = 'active' AND superseded_at IS NULL AND dedupe_ke
 LIMIT 1
 """
 
+# What the episode's limit counts: its facts, or (``standing``) its standing
+# instructions and preferences (services.extractor.standing), each under its own.
 EPISODE_FACTS = """
-SELECT count(*) FROM memory_items WHERE user_id = $1 AND episode_id = $2 AND data ? 'extractor'
+SELECT count(*) FROM memory_items
+WHERE user_id = $1 AND episode_id = $2 AND data ? 'extractor' AND (data ? 'standing') = $3
 """
 
 INSERT_REVIEW = """
@@ -106,7 +109,8 @@ class Fact:
 
     @property
     def type(self) -> MemoryType:
-        return "preference" if self.candidate.category == "preference" else "fact"
+        category = self.candidate.category
+        return category if category in ("preference", "instruction") else "fact"
 
 
 @dataclass
@@ -129,6 +133,15 @@ class FactResult:
     @property
     def changed(self) -> bool:
         return bool(self.stored or self.superseded)
+
+    def add(self, other: FactResult) -> None:
+        """Count ``other``'s writes in this result too."""
+        self.stored += other.stored
+        self.pending += other.pending
+        self.confirmed += other.confirmed
+        self.superseded += other.superseded
+        self.reviewed += other.reviewed
+        self.dropped += other.dropped
 
 
 def _capital(text: str) -> str:
@@ -253,20 +266,24 @@ async def apply_plan(
     heuristic: bool,
     limit: int = MAX_FACTS_PER_EPISODE,
     contradicts: Contradicts | None = None,
+    standing: bool = False,
 ) -> FactResult:
-    """Write a plan inside the caller's transaction."""
+    """Write a plan inside the caller's transaction; ``standing``: the plan holds
+    standing instructions and preferences (marked ``data.standing``, counted against
+    ``limit`` apart from the episode's facts)."""
     result = FactResult(dropped=len(plan.dropped))
     reviews = list(plan.review)
     stored_before = 0
     if episode_id is not None:
-        stored_before = int(await conn.fetchval(EPISODE_FACTS, user_id, episode_id) or 0)
+        stored_before = int(await conn.fetchval(EPISODE_FACTS, user_id, episode_id, standing) or 0)
     for fact in plan.store:
         same = await conn.fetchval(SAME_TEXT, user_id, fact.content, fact.subjects)
         if same is not None:
             plan.confirm.append((same, fact))
             continue
         if stored_before + len(result.stored) >= limit:
-            reviews.append((fact, f"over the limit of {limit} new facts per episode"))
+            what = "standing instructions and preferences" if standing else "facts"
+            reviews.append((fact, f"over the limit of {limit} new {what} per episode"))
             continue
         c = fact.candidate
         data = {
@@ -276,6 +293,8 @@ async def apply_plan(
             "about": c.about,
             "stated_by": c.stated_by,
         }
+        if standing:
+            data["standing"] = True
         by = fact.embedded_by
         item = NewItem(
             type=fact.type,

@@ -39,6 +39,7 @@ from services.extractor.facts import FactResult, apply_plan, plan_facts
 from services.extractor.metrics import ExtractorMetrics
 from services.extractor.narrative import regenerate_user_summary
 from services.extractor.stale_sweep import DUE
+from services.extractor.standing import MAX_STANDING_PER_EPISODE, plan_standing
 from shared import tracing
 from shared.dates import resolve_relative_dates
 from shared.errors import EngramError, InvalidModelOutput, ProviderError, ProviderUnavailable
@@ -288,6 +289,15 @@ async def _extract(
     for fact in plan.store:  # each fact is linked to the message it was learned from
         line = transcript.source_of(fact.source_context)
         fact.source_message_id = line.message_id if line else None
+    standing = await plan_standing(
+        x.pool,
+        ex,
+        transcript,
+        user_id=request.user_id,
+        occurred_at=ep["started_at"],
+        embedder_for=x.embedder_for,
+        dim=x.dim,
+    )
 
     document = {
         **summary.model_dump(),
@@ -312,15 +322,30 @@ async def _extract(
             facts_error,
             fallback is not None,
         )
+        # the standing ones first: a fact of the same text then confirms the standing
+        # one (a memory is one or the other, and the standing one reaches every context)
         result = await apply_plan(
             conn,
-            plan,
+            standing,
             user_id=request.user_id,
             episode_id=request.episode_id,
             extractor_name=ex.name,
             heuristic=ex.heuristic,
-            limit=x.max_facts,
+            limit=MAX_STANDING_PER_EPISODE,
             contradicts=ex.contradicts,
+            standing=True,
+        )
+        result.add(
+            await apply_plan(
+                conn,
+                plan,
+                user_id=request.user_id,
+                episode_id=request.episode_id,
+                extractor_name=ex.name,
+                heuristic=ex.heuristic,
+                limit=x.max_facts,
+                contradicts=ex.contradicts,
+            )
         )
     _count_facts(x, result)
     if x.metrics is not None and ep["waited_s"] is not None:

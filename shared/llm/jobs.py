@@ -28,7 +28,8 @@ from shared.llm.schemas import (
     Observation,
 )
 from shared.llm.settings import LLMSettings
-from shared.llm.transcript import Transcript
+from shared.llm.standing import STANDING, user_lines
+from shared.llm.transcript import Transcript, cut_middle
 
 
 class Extractor(Protocol):
@@ -45,6 +46,13 @@ class Extractor(Protocol):
     async def extract_facts(
         self, transcript: Transcript, summary: EpisodeSummary, *, occurred_at: datetime
     ) -> list[FactCandidate]: ...
+
+    async def extract_standing(
+        self, transcript: Transcript, *, occurred_at: datetime
+    ) -> list[FactCandidate]:
+        """The standing instructions and preferences the user's turns state (category
+        ``instruction`` or ``preference``): shared.llm.standing."""
+        ...
 
     async def same_fact(self, a: str, b: str) -> bool: ...
 
@@ -126,6 +134,41 @@ Return JSON (an empty list if nothing is worth storing):
 
 Only include facts that would be genuinely useful to remember across future conversations.
 Skip transient, trivial, or already-known information."""
+
+STANDING_PROMPT = """Below are the messages the user ({user}) wrote to the assistant \
+on {date}. List the user's standing instructions and preferences: what they ask the \
+assistant to do from now on or always (or never), and what they say they prefer, so that \
+every later answer follows them.
+
+Rules:
+- An instruction holds for later answers: "Always include version numbers when I ask about \
+libraries", "keep answers short from now on". A one-off request for this answer ("help me \
+fix this bug", "show me an example") is not one.
+- A preference is stated by the user as their own: "I prefer minimal dependencies", "I'd \
+rather use Word than Google Docs". Hedged or hypothetical wording is not one.
+- Write each in the third person about {user} ("Always include version numbers when {user} \
+asks about libraries", "{user} prefers minimal dependencies"), at most 40 words.
+- category is "instruction" or "preference"; source_context is the user's own words it \
+comes from, copied exactly.
+- When the user reverses an earlier preference or instruction, state the new one.
+- Never include passwords, tokens, API keys, card numbers or other secrets.
+
+The user's messages:
+{messages}
+
+Return JSON (an empty list if there are none):
+{{"facts": [
+  {{
+    "subject": "user",
+    "about": "user",
+    "content": "<the instruction or preference>",
+    "category": "<instruction|preference>",
+    "confidence": <0.0-1.0>,
+    "source": "user_explicit",
+    "source_context": "<the user's words>",
+    "stated_by": "user"
+  }}
+]}}"""
 
 SAME_PROMPT = """Do these two statements state the same fact (one could replace the other \
 without losing or changing information)?
@@ -209,6 +252,30 @@ class LLMExtractor:
             purpose="facts",
         )
         return answer.facts
+
+    async def extract_standing(
+        self, transcript: Transcript, *, occurred_at: datetime
+    ) -> list[FactCandidate]:
+        """Asked only when the user wrote something (their lines alone are sent); what
+        the model answers in another category, or as the assistant's, is left out."""
+        lines = user_lines(transcript)
+        if not lines:
+            return []
+        answer = await self.model.complete_json(
+            system=SYSTEM,
+            user=STANDING_PROMPT.format(
+                user=transcript.user_name or "the user",
+                date=occurred_at.strftime("%A %d %B %Y"),
+                messages=cut_middle("\n".join(f"- {ln.text}" for ln in lines), STANDING),
+            ),
+            schema=FactList,
+            purpose="standing",
+        )
+        return [
+            f
+            for f in answer.facts
+            if f.category in ("instruction", "preference") and f.stated_by == "user"
+        ]
 
     async def same_fact(self, a: str, b: str) -> bool:
         answer = await self.model.complete_json(

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from shared.llm.schemas import Category, EpisodeSummary, FactCandidate
+from shared.llm.standing import standing
 from shared.llm.transcript import Line, Transcript
 from shared.memory.dedupe import same_offline
 
@@ -328,6 +329,11 @@ class OfflineExtractor:
         self, transcript: Transcript, summary: EpisodeSummary, *, occurred_at: datetime
     ) -> list[FactCandidate]:
         return extract_facts(transcript)
+
+    async def extract_standing(
+        self, transcript: Transcript, *, occurred_at: datetime
+    ) -> list[FactCandidate]:
+        return standing(transcript)
 
     async def same_fact(self, a: str, b: str) -> bool:
         return same_offline(a, b)

@@ -11,7 +11,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Outcome = Literal["resolved", "partial", "unresolved", "informational"]
-Category = Literal["preference", "technical", "person", "tool", "concept", "rule", "other"]
+Category = Literal[
+    "preference", "instruction", "technical", "person", "tool", "concept", "rule", "other"
+]
 Source = Literal["conversation", "tool_call", "auto_discovery", "user_explicit", "heuristic"]
 About = Literal["user", "person", "other"]
 StatedBy = Literal["user", "assistant", "tool"]
@@ -65,7 +67,8 @@ class FactCandidate(BaseModel):
     )
     content: str = Field(min_length=3, max_length=500, description="the fact, stated clearly")
     category: Category = Field(
-        default="other", description="preference | technical | person | tool | concept | rule"
+        default="other",
+        description="preference | instruction | technical | person | tool | concept | rule",
     )
     confidence: float | None = Field(
         default=None, ge=0, le=100, description="0.0-1.0 (leave out when unsure)"
@@ -94,7 +97,8 @@ class FactCandidate(BaseModel):
             v = v.strip().lower()
             return (
                 v
-                if v in {"preference", "technical", "person", "tool", "concept", "rule"}
+                if v
+                in {"preference", "instruction", "technical", "person", "tool", "concept", "rule"}
                 else "other"
             )
         return v

@@ -100,6 +100,21 @@ _LIKING = re.compile(
     r"has gone off|stopped liking|is allergic to|is no longer allergic to)\s+(?P<what>.+)$"
 )
 _ARTICLE = re.compile(r"(?i)^(?:the|a|an|some|any)\s+")
+# Standing instructions (shared.llm.standing): "Always <do X> when Tim asks about <Y>":
+# one instruction per occasion, so a later one for the same occasion replaces it.
+_INSTRUCTION = re.compile(
+    r"(?i)^(?P<do>(?:always|never|don't ever|do not ever)\s.+?)\s+(?:when(?:ever)?|every time|"
+    r"each time)\s+(?P<who>[\w .'-]{1,40}?)\s+(?:asks?|needs?|wants?|requests?)\s+"
+    r"(?:about|for)\s+(?P<topic>.+)$"
+)
+# Preferences between two things: "Tim prefers Word over Google Docs (due to ...)":
+# one choice per pair, so "prefers Google Docs over Word" replaces it.
+_CHOICE = re.compile(
+    r"(?i)^(?P<who>[\w .'-]{0,40}?)\s*(?:now |still |really )?(?:prefers|would rather)\s+"
+    r"(?:using |to use |working with |writing in )?(?P<a>.+?)\s+(?:over|rather than|"
+    r"instead of|than)\s+(?:using |to use |working with |writing in )?(?P<b>.+)$"
+)
+_TAIL = re.compile(r"(?i)\s+(?:due to|because|since|for|as|so|which|while|to|now|when)\s.*$|,.*$")
 
 
 _NEGATIVE = re.compile(
@@ -112,12 +127,27 @@ def attribute_of(content: str) -> tuple[str, str] | None:
     """The single-valued attribute a statement sets (Navi's key) and its value, or None.
 
     The key holds whose attribute it is, as written: "User's favorite color is
-    red" -> ("user: favorite color", "red"); "Tim lives in Paris" -> ("tim:
+    red" -> ("user: favorite color", "red"); "Always use APA style when Tim asks
+    about references" -> ("tim: instruction: references", "always use apa style");
+    "Tim prefers Word over Google Docs" -> ("tim: choice: google docs | word",
+    "word"); "Tim lives in Paris" -> ("tim:
     residence", "paris"); "Tim's sister lives in Rome" -> ("tim's sister:
     residence", "rome"); "Tim hates sushi" -> ("tim: liking: sushi", "no").
     Statements that add to what is known ("loves creating art", "went to a
     support group") have none."""
     text = " ".join(content.strip().rstrip(".!").split())
+    m = _INSTRUCTION.search(text)
+    if m:
+        return f"{_who(m.group('who'))}: instruction: {_value(m.group('topic'))}", _value(
+            m.group("do")
+        )
+    m = _CHOICE.search(text)
+    if m:
+        a = _value(_ARTICLE.sub("", m.group("a")))
+        b = _value(_ARTICLE.sub("", _TAIL.sub("", m.group("b"))))
+        if a and b and len(a.split()) <= 6 and len(b.split()) <= 6:
+            pair = " | ".join(sorted((a, b)))
+            return f"{_who(m.group('who'))}: choice: {pair}", a
     m = _POSSESSIVE.search(text)
     if m:
         attr = m.group("attr").lower().replace("favourite", "favorite").replace("colour", "color")

@@ -67,6 +67,8 @@ def responder(body: dict[str, Any]) -> Reply:
         return Reply(SUMMARY, usage=(400, 80))
     if "extract any facts" in prompt:
         return Reply(FACTS, usage=(600, 120))
+    if "standing instructions and preferences" in prompt:
+        return Reply({"facts": []}, usage=(200, 10))
     if "narrative" in prompt:
         return Reply({"summary": "Tim lives near Silver Spring and likes Celsius."})
     return Reply(status=500, raw="{}")
@@ -296,3 +298,57 @@ async def test_stale_episodes_are_extracted_by_the_running_service(
     assert len(contents) == len(set(contents))
     assert [f["id"] for f in facts if f["id"] in first_facts] == first_facts
     assert json.dumps(ep["summary"])  # still a whole summary
+
+
+STANDING = {
+    "facts": [
+        {
+            "subject": "user",
+            "content": "Always give temperatures in Celsius when Tim asks about the weather",
+            "category": "instruction",
+            "source": "user_explicit",
+            "source_context": "I prefer Celsius.",
+            "stated_by": "user",
+        },
+        # not a standing one (another category), and not the user's: both left out
+        {"subject": "user", "content": "Tim lives in Maryland", "category": "technical"},
+        {
+            "subject": "user",
+            "content": "Tim prefers short answers",
+            "category": "preference",
+            "stated_by": "assistant",
+        },
+    ]
+}
+
+
+async def test_standing_instructions_come_from_the_model_reading_the_user_s_lines(
+    make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any, user_id: str
+) -> None:
+    def with_standing(body: dict[str, Any]) -> Reply:
+        prompt = body["messages"][-1]["content"]
+        if "standing instructions and preferences" in prompt:
+            return Reply(STANDING, usage=(200, 60))
+        if "contradict" in prompt:  # the instruction beside "Tim prefers Celsius"
+            return Reply({"contradicts": False, "reason": "one adds to the other"})
+        return responder(body)
+
+    with ScriptedLLM(with_standing) as llm:
+        ep, _ = await _run_conversation(make_settings, pool, redis, user_id, llm)
+    assert ep["summary"]["method"] == "llm"
+    rows = await pool.fetch(
+        "SELECT type, content, data, source_message_id FROM memory_items "
+        "WHERE user_id = $1 AND data ? 'standing'",
+        user_id,
+    )
+    [row] = rows
+    assert row["type"] == "instruction" and not row["data"]["heuristic"]
+    assert row["content"] == "Always give temperatures in Celsius when Tim asks about the weather"
+    said = await pool.fetchval(
+        "SELECT content FROM messages WHERE id = $1", row["source_message_id"]
+    )
+    assert said == "Thanks. I prefer Celsius."
+    # the model saw the user's lines only, dated
+    prompt = next(p for p in llm.prompts() if "standing instructions and preferences" in p)
+    assert "- Thanks. I prefer Celsius." in prompt and "Monday 08 May 2023" in prompt
+    assert "22 degrees and sunny" not in prompt

@@ -32,6 +32,11 @@ import asyncpg
 from services.query.context.budget import Block, fit_by_priority, tokens
 from services.query.context.command import ContextQuery
 from services.query.context.models import ContextOut
+from services.query.context.standing import (
+    standing_block,
+    standing_cap,
+    standing_memories,
+)
 from services.query.embeddings.query import QueryVector
 from services.query.people.recall import subject_people
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
@@ -279,17 +284,22 @@ def people_cap(block: Block, budget: int) -> int:
 
 
 def allocation(
-    people: list[Person], memories: list[MemoryHit], turns: list[Turn]
+    people: list[Person],
+    memories: list[MemoryHit],
+    turns: list[Turn],
+    standing: list[MemoryHit] | None = None,
 ) -> list[tuple[str, int]]:
-    """The order the budget is spent in (docs/context.md): people, the turn hits
-    best first, the relevant memories best first, the turns around the hits, the
-    other memories. A memory learned from a turn already shown is left out (the
-    turn says it in the speaker's own words)."""
+    """The order the budget is spent in (docs/context.md): people, the standing
+    instructions and preferences (most relevant first), the turn hits best first,
+    the relevant memories best first, the turns around the hits, the other
+    memories. A memory learned from a turn already shown is left out (the turn
+    says it in the speaker's own words)."""
     shown = {t.id for t in turns}
     memories_left = [
         i for i, m in enumerate(memories) if m.source_turn is None or m.source_turn.id not in shown
     ]
     order = [("known_people", i) for i in range(len(people))]
+    order += [("standing", i) for i in range(len(standing or []))]
     order += [("messages", i) for i, t in enumerate(turns) if t.neighbour_of is None]
     order += [("memories", i) for i in memories_left if memories[i].relevant]
     order += [("messages", i) for i, t in enumerate(turns) if t.neighbour_of is not None]
@@ -311,9 +321,14 @@ async def assemble_auto(
                 conn, user_id, query.message, qv, limit=limit, as_of=query.as_of
             )
 
-    async def memory_part() -> tuple[list[MemoryHit], dict[uuid.UUID, Person], list[Person]]:
+    async def memory_part() -> tuple[
+        list[MemoryHit], list[MemoryHit], dict[uuid.UUID, Person], list[Person]
+    ]:
         async with pool.acquire() as conn:
             member = await is_member(conn, user_id, chat) if chat else False
+            standing = await standing_memories(
+                conn, user_id, query.message, qv, chat=chat, member=member, as_of=query.as_of
+            )
             memories = await search_memories(
                 conn,
                 user_id,
@@ -326,21 +341,25 @@ async def assemble_auto(
                 as_of=query.as_of,
                 types=CONTEXT_TYPES,
             )
-            # the relevant ones first (a stable sort keeps each part's ranking)
+            # a standing one is shown in its own block; the relevant ones first (a
+            # stable sort keeps each part's ranking)
+            ids = {m.id for m in standing}
+            memories = [m for m in memories if m.id not in ids]
             memories.sort(key=lambda m: not m.relevant)
             subjects = await subject_people(conn, memories, user_id)
-            return memories, subjects, await list_people(conn, user_id)
+            return memories, standing, subjects, await list_people(conn, user_id)
 
     # The turns and the memories on two connections at once (each part holds one
     # connection at a time, so a busy pool cannot deadlock): PostgreSQL runs both.
-    turns, (memories, subjects, people) = await asyncio.gather(turn_part(), memory_part())
-    turns, notes = updates(turns, memories)
-    order = allocation(people, memories, turns)
+    turns, (memories, standing, subjects, people) = await asyncio.gather(turn_part(), memory_part())
+    turns, notes = updates(turns, memories + standing)
+    order = allocation(people, memories, turns, standing)
     header = "## Related Past Messages\n"
     if asks_order(query.message):  # dated evidence in time order, spent by relevance
         turns, order = in_time_order(turns, order)
         header = "## Related Past Messages (oldest first)\n"
     blocks = [
+        standing_block(standing, [memory_text(m) for m in standing]),
         people_block(people),
         Block(
             name="memories",
@@ -359,8 +378,12 @@ async def assemble_auto(
         blocks,
         query.token_budget,
         order,
-        caps={"known_people": people_cap(blocks[0], query.token_budget)},
+        caps={
+            "standing": standing_cap(blocks[0], query.token_budget),
+            "known_people": people_cap(blocks[1], query.token_budget),
+        },
     )
+    kept_standing = [standing[i] for i in fitted.kept["standing"]]
     kept_people = [people[i] for i in fitted.kept["known_people"]]
     kept_memories = [memories[i] for i in fitted.kept["memories"]]
     kept_turns = [turns[i] for i in fitted.kept["messages"]]
@@ -373,6 +396,19 @@ async def assemble_auto(
         retrieval=qv.retrieval,
         warning=qv.warning,
         sections={
+            "standing": [
+                {
+                    "id": str(m.id),
+                    "type": m.type,
+                    "content": m.content,
+                    "similarity": m.similarity,
+                    "source_turn": m.source_turn.public() if m.source_turn else None,
+                    "created_at": m.created_at.isoformat(),
+                    "valid_from": m.valid_from.isoformat() if m.valid_from else None,
+                    "replaced": m.replaced.public() if m.replaced else None,
+                }
+                for m in kept_standing
+            ],
             "known_people": [p.public() for p in kept_people],
             "memories": [
                 {
