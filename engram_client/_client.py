@@ -18,6 +18,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import httpx
 
 from engram_client import _calls as c
+from engram_client._corked import cork
 from engram_client.errors import ConnectionFailed, EngramError, error_for
 
 P = ParamSpec("P")
@@ -227,6 +228,9 @@ class Engram:
         retry: RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        if transport is None:
+            transport = httpx.HTTPTransport()
+            cork(transport)
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             headers=_headers(api_key, user),
@@ -291,6 +295,9 @@ class AsyncEngram:
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        if transport is None:
+            transport = httpx.AsyncHTTPTransport()
+            cork(transport)
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             headers=_headers(api_key, user),

@@ -26,6 +26,10 @@ from shared.users import ensure_user
 
 KEY_PREFIX = "eg_"
 
+KEYS_CHANNEL = "engram_api_keys"
+"""PostgreSQL ``NOTIFY`` channel told of every key that stops working (revoked, its user
+erased), at the commit: the query service's key cache listens on it and forgets."""
+
 
 @dataclass(frozen=True)
 class ApiKey:
@@ -99,7 +103,18 @@ LOOKUP_ID = _LOOKUP + " k.id = $1"
 async def lookup_key(conn: Executor, secret: str) -> ApiKey | None:
     """The live key with this secret, or None (unknown or revoked); a user key comes
     with its user's embedding settings as they are now."""
-    return _key(await conn.fetchrow(LOOKUP, hash_key(secret)))
+    return await lookup_hashed(conn, hash_key(secret))
+
+
+async def lookup_hashed(conn: Executor, key_hash: str) -> ApiKey | None:
+    """:func:`lookup_key` by the secret's :func:`hash_key`."""
+    return _key(await conn.fetchrow(LOOKUP, key_hash))
+
+
+async def announce_gone(conn: Executor, what: str) -> None:
+    """Tell every key cache that keys stopped working (on :data:`KEYS_CHANNEL`, delivered
+    when ``conn``'s transaction commits): ``what`` names them for the log only."""
+    await conn.execute("SELECT pg_notify($1, $2)", KEYS_CHANNEL, what)
 
 
 SESSION_VERSION = "s1"
@@ -183,6 +198,7 @@ async def revoke_key(conn: Executor, prefix: str) -> ApiKey:
     )
     if row is None:
         raise NotFound(f"no live key with prefix {short!r}")
+    await announce_gone(conn, f"key {row['prefix']}")
     await audit(
         conn,
         user_id=row["user_id"],

@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.query import ui
 from services.query.api import edges, faults
+from services.query.api.auth import KeyCache
 from services.query.api.routes import routers
 from services.query.api.routes.archive import IMPORT_PATH
 from services.query.context.theme_hints import HintCache
@@ -73,6 +74,7 @@ def create_app(
     app.state.runtime = rt
     app.state.query = state
     app.state.hint_cache = HintCache(GUIDANCE)
+    KeyCache(settings.key_cache_ttl_s).install(app, rt)
     add_ops_routes(app, rt)
     for router in (*routers(), ui.router):
         app.include_router(router)

@@ -31,6 +31,13 @@ class QuerySettings(LLMSettings, EmbeddingSettings):
         le=24 * 30,
         description="a browser login lasts this long (a signed session, not the key)",
     )
+    key_cache_ttl_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="how long a query process keeps an API key it looked up (0: not kept); "
+        "a revoked key is forgotten at once (PostgreSQL notifies every process), this bounds "
+        "what cannot notify (a key revoked by hand in SQL)",
+    )
     max_request_bytes: int = Field(
         default=1_000_000,
         ge=1_000,

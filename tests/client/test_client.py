@@ -313,3 +313,56 @@ async def test_the_readme_example_runs(live_query: LiveQuery, pool: asyncpg.Pool
     # the saved home city is in the sections context for "where do I live?" (issue 29.15)
     assert "- location / home city: Bergen" in lines, lines
     assert lines[-1].startswith("no such memory:")
+
+
+class _Echo(BaseHTTPRequestHandler):
+    """Reads a request's body and answers an empty checkpoint query."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, as the query service speaks it
+    bodies: list[int] = []
+
+    def do_POST(self) -> None:
+        _Echo.bodies.append(len(self.rfile.read(int(self.headers["Content-Length"]))))
+        data = b'{"checkpoints": []}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_a_request_head_and_body_leave_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpcore writes a request's head and body apart; the clients hold them until the
+    answer is read, so the server is woken once per call (sync and async)."""
+    from httpcore._backends.anyio import AnyIOStream
+    from httpcore._backends.sync import SyncStream
+
+    writes: list[int] = []
+    for cls in (SyncStream, AnyIOStream):
+        real = cls.write
+
+        def counted(self: object, buffer: bytes, timeout: float | None = None, real=real):  # type: ignore[no-untyped-def]
+            writes.append(len(buffer))
+            return real(self, buffer, timeout)
+
+        monkeypatch.setattr(cls, "write", counted)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    _Echo.bodies = []
+    try:
+        contains = {"format": "x" * 5000}
+        with Engram(url, "k") as client:
+            for _ in range(2):
+                assert client.checkpoints.query(thread_id="t", contains=contains).checkpoints == []
+        async with AsyncEngram(url, "k") as aclient:
+            for _ in range(2):
+                found = await aclient.checkpoints.query(thread_id="t", contains=contains)
+                assert found.checkpoints == []
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(writes) == 4 and min(writes) > _Echo.bodies[0] > 5000, (writes, _Echo.bodies)

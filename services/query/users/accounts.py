@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import asyncpg
 import redis.asyncio as aioredis
 
+from shared.apikeys import announce_gone
 from shared.db import audit
 from shared.erasure import (
     audit_hash,
@@ -127,6 +128,7 @@ async def _erase_rows(pool: asyncpg.Pool, *, user_id: str, actor: str) -> dict[s
         for r in tables:
             await conn.execute(r["stmt"], user_id)
         await conn.fetchrow(DELETE_USER, user_id)
+        await announce_gone(conn, "an erased user's keys")  # their keys went with the rows
         await audit(
             conn,
             user_id=None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request, status
 
 from services.query.api import responses as R
-from services.query.api.auth import Admin, Caller
+from services.query.api.auth import Admin, Caller, forget_keys
 from services.query.api.deps import Pool
 from services.query.users import accounts as users_service
 
@@ -22,9 +22,11 @@ async def erase(user_id: str, who: Caller, pool: Pool, request: Request) -> user
         raise HTTPException(status.HTTP_403_FORBIDDEN, "this key cannot erase another user")
     actor = "admin" if who.is_admin else "user"
     rt = request.app.state.runtime
-    return await users_service.erase_user(
+    erased = await users_service.erase_user(
         pool, user_id=user_id, actor=actor, redis=rt.redis, settings=rt.settings
     )
+    forget_keys(request.app)  # the others hear it from PostgreSQL
+    return erased
 
 
 @router.post(
