@@ -13,7 +13,7 @@ from prometheus_client import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.query import ui
-from services.query.api import edges, faults
+from services.query.api import edges, faults, replica
 from services.query.api.routes import routers
 from services.query.api.routes.archive import IMPORT_PATH
 from services.query.context.theme_hints import HintCache
@@ -54,6 +54,7 @@ def create_app(
         state.trigram = await has_trigram(rt.pool)
 
     rt.on_start.append(read_trigram)
+    reads = replica.install(rt, settings)
     _webhook_sender(rt, settings)
     rpc.register(rt, state)
     # Swagger UI and ReDoc from the service's own files: /docs works offline
@@ -67,10 +68,12 @@ def create_app(
     app.state.runtime = rt
     app.state.query = state
     app.state.hint_cache = HintCache()
+    app.state.reads = reads
     add_ops_routes(app, rt)
     for router in (*routers(), ui.router):
         app.include_router(router)
     _install_error_handlers(app)
+    app.add_middleware(replica.ReplicaFallback, routing=reads)
     faults.install(app, registry=rt.metrics.registry, route_label=route_label)
     _install_metrics(app, rt)
     mount_mcp(app, rt, max_body_bytes=settings.max_request_bytes)
