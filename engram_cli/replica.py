@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,17 +45,22 @@ def _system_user() -> str | None:
 
 
 def pg_ctl(data_dir: Path, *args: str, timeout: float = 60.0) -> None:
-    """``pg_ctl -D data_dir ARGS`` as the server's user; its output in the error."""
-    out = subprocess.run(
-        [_bin("pg_ctl"), "-D", str(data_dir), *args],
-        user=_system_user(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise InfrastructureError(f"pg_ctl {' '.join(args)} failed: {out.stderr or out.stdout}")
+    """``pg_ctl -D data_dir ARGS`` as the server's user; its output in the error. Output
+    goes to a file, not a pipe: a server it starts keeps its stdout open (a pipe would
+    never end)."""
+    with tempfile.TemporaryFile("w+") as output:
+        code = subprocess.run(
+            [_bin("pg_ctl"), "-D", str(data_dir), *args],
+            user=_system_user(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,
+        ).returncode
+        output.seek(0)
+        if code != 0:
+            raise InfrastructureError(f"pg_ctl {' '.join(args)} failed: {output.read()}")
 
 
 def socket_of(data_dir: Path) -> tuple[str, int]:
@@ -69,14 +75,22 @@ def socket_of(data_dir: Path) -> tuple[str, int]:
 
 @dataclass
 class EmbeddedReplica:
-    """A hot standby of ``primary`` in ``data_dir``, on a Unix socket in that directory
-    named for ``port``; ``name`` is its ``application_name`` (the primary's
-    ``pg_stat_replication`` and the lag metric's ``replica`` label)."""
+    """A hot standby of the server of ``primary_dir`` in ``data_dir``, on a Unix socket in
+    that directory named for ``port``; ``name`` is its ``application_name`` (the
+    primary's ``pg_stat_replication`` and the lag metric's ``replica`` label).
 
-    primary: EmbeddedPostgres
+    ``standby=False`` makes an independent copy instead (a primary of its own, with
+    :data:`PRIMARY_CONFIG`): the tests clone their migrated database in seconds."""
+
+    primary_dir: Path
     data_dir: Path
     port: int
     name: str = "replica1"
+    standby: bool = True
+
+    @classmethod
+    def of(cls, primary: EmbeddedPostgres, data_dir: Path, port: int) -> EmbeddedReplica:
+        return cls(primary.data_dir, data_dir, port)
 
     @property
     def url(self) -> str:
@@ -92,7 +106,7 @@ class EmbeddedReplica:
         return self.url
 
     def _base_backup(self) -> None:
-        host, port = socket_of(self.primary.data_dir)
+        host, port = socket_of(self.primary_dir)
         if self.data_dir.exists():
             shutil.rmtree(self.data_dir)  # a backup that did not finish
         self.data_dir.mkdir(parents=True)
@@ -108,7 +122,8 @@ class EmbeddedReplica:
             # -R: standby.signal and primary_conninfo; -X stream: the WAL written during
             # the copy comes with it; -c fast: do not wait for the next checkpoint
             [_bin("pg_basebackup"), "-D", str(self.data_dir), "-d", conninfo]
-            + ["-R", "-X", "stream", "-c", "fast", "--no-sync"],
+            + (["-R"] if self.standby else [])
+            + ["-X", "stream", "-c", "fast", "--no-sync"],
             user=user,
             capture_output=True,
             text=True,
@@ -123,6 +138,8 @@ class EmbeddedReplica:
 
     def _pg_start(self) -> None:
         options = f"-h '' -k {self.data_dir.resolve()} -p {self.port}"
+        if not self.standby:
+            options += "".join(f" -c {k}={v}" for k, v in PRIMARY_CONFIG.items())
         pg_ctl(
             self.data_dir,
             "-w",
@@ -147,7 +164,7 @@ class EmbeddedReplica:
                 timeout=10,
                 check=False,
             )
-            if out.returncode == 0 and out.stdout.strip() == "t":
+            if out.returncode == 0 and out.stdout.strip() == ("t" if self.standby else "f"):
                 return
             last = out.stderr or out.stdout
             time.sleep(0.2)
@@ -158,6 +175,11 @@ class EmbeddedReplica:
 
     def running(self) -> bool:
         return self._postmaster() is not None
+
+    def restart(self) -> None:
+        """A fast restart: sessions ended, the same socket and URL."""
+        log = str(self.data_dir / "replica.log")
+        pg_ctl(self.data_dir, "-w", "-m", "fast", "-l", log, "restart")
 
     def stop(self) -> None:
         """A fast shutdown (sessions ended, no WAL lost: the replica resumes from it)."""
