@@ -164,6 +164,9 @@ class ReadRouting:
         while True:
             try:
                 replayed = await self._replay_position(replica, deadline)
+            except TimeoutError:  # slow (a loaded machine), not down: this read only
+                self._count("primary", "behind")
+                return self.rt.pool
             except _UNREACHABLE:
                 self.failed()
                 self._count("primary", "replica_down")
@@ -182,7 +185,7 @@ class ReadRouting:
             pause = min(pause * 2, 0.01)
 
     async def _replay_position(self, replica: asyncpg.Pool, deadline: float) -> int:
-        timeout = max(deadline - time.monotonic(), 0.05)
+        timeout = max(deadline - time.monotonic(), 0.01)
         async with replica.acquire(timeout=timeout) as conn:
             value = await replay_lsn(conn)
         replayed = value or 0
@@ -261,6 +264,7 @@ class ReplicaFallback:
             return message
 
         held = sent = False
+        failure: list[bytes] = []
 
         async def hold_failure(message: Message) -> None:
             nonlocal held, sent
@@ -271,16 +275,22 @@ class ReplicaFallback:
             if not held:
                 sent = True
                 await send(message)
+            elif message["type"] == "http.response.body":
+                failure.append(message.get("body", b""))
 
         try:
             await self.app(scope, keep, hold_failure)
-        except Exception:
+        except Exception as exc:
             if sent or not (state.get(USED) and size <= REPLAY_LIMIT):
                 raise
             held = True
+            failure.append(repr(exc).encode())
         if not held:
             return
-        log.warning("a read on the replica failed; answering it from the primary")
+        log.warning(
+            "a read on the replica failed (%s); answering it from the primary",
+            b"".join(failure)[:300].decode(errors="replace"),
+        )
         self.routing.failed()
         state.pop(USED, None)
         state[PRIMARY_ONLY] = True
