@@ -4,9 +4,10 @@
 - add-then-search pairs, the add through one instance and the search through the
   other (the write's position is shared in Redis): 0 misses, and the reads served by
   the replica;
-- with the replica's replay paused: a read after the user's own write waits the bound
-  and reads the primary (it sees the write, the replica does not have it); a read by a
-  user with no prior write reads the replica (it does not see a row the primary has);
+- with the replica's replay paused: a read after the user's own write (through a route
+  or a tool call) waits the bound and reads the primary (it sees the write, the replica
+  does not have it); a read by a user with no prior write reads the replica (it does
+  not see a row the primary has);
 - the replica stopped under reads: every read answers 200 (the primary), and reads go
   back to the replica once it is up again;
 - the replica and then the primary restarted under add-then-search load: the errors
@@ -134,6 +135,15 @@ async def test_paused_replay_reads_the_primary_after_a_write_and_the_replica_wit
                 sql = "SELECT count(*) FROM memory_items WHERE content LIKE $1"
                 assert await replica.fetchval(sql, f"%{token}") == 0  # the replica lacks it
                 assert _reads(app)[("primary", "behind")] == 1
+                # a write by a tool call (/v1/tools/call, MCP) is waited for as well
+                tooled = f"zq{uuid.uuid4().hex[:12]}"
+                call = {"operation": "add", "type": "fact", "content": f"by a tool {tooled}"}
+                r = await client.post(
+                    "/v1/tools/call", headers=h_writer, json={"name": "memory", "input": call}
+                )
+                assert r.status_code == 200 and r.json()["is_error"] is False, r.text
+                assert await _found(client, h_writer, tooled) is True
+                assert _reads(app)[("primary", "behind")] == 2
                 # a user with no write through the API reads the replica: a row the
                 # primary has (written behind the API's back) is not seen there
                 other = f"zq{uuid.uuid4().hex[:12]}"
