@@ -50,23 +50,6 @@ PRIMARY_ONLY = "engram.primary_only"
 REPLAY_LIMIT = 1_000_000
 """request bytes kept for a retry on the primary; a larger body is not retried"""
 
-_UNREACHABLE: tuple[type[BaseException], ...] = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CrashShutdownError,
-    asyncpg.exceptions.TooManyConnectionsError,
-)
-
-_NOT_KEPT: tuple[type[BaseException], ...] = (
-    *_UNREACHABLE,
-    redis_errors.RedisError,
-    asyncpg.PostgresError,
-)
-
 
 class ReadRouting:
     """The replica's pool, what is known of its replay position, and the metrics."""
@@ -167,7 +150,9 @@ class ReadRouting:
             except TimeoutError:  # slow (a loaded machine), not down: this read only
                 self._count("primary", "behind")
                 return self.rt.pool
-            except _UNREACHABLE:
+            except Exception:  # noqa: BLE001 - whatever the replica did, the primary answers
+                # (a connection cut as the replica stops can also surface as asyncpg's
+                # InternalClientError, not only as a connection error)
                 self.failed()
                 self._count("primary", "replica_down")
                 return self.rt.pool
@@ -207,8 +192,12 @@ class ReadRouting:
         try:
             lsn = await current_lsn(self.rt.pool)
             await remember_write(self.rt.redis, self.settings, user_id, lsn)
-        except _NOT_KEPT:
-            log.warning("could not keep the write position of %s for read-your-writes", user_id)
+        except Exception:  # noqa: BLE001 - the write is done; its answer stands
+            log.warning(
+                "could not keep the write position of %s for read-your-writes",
+                user_id,
+                exc_info=True,
+            )
 
     async def observe(self) -> None:
         """The lag gauges from the primary's ``pg_stat_replication``; the replica's up."""
@@ -223,7 +212,7 @@ class ReadRouting:
                 await self._replay_position(self.replica, time.monotonic() + 2.0)
                 if time.monotonic() >= self.down_until:
                     self.up.set(1)
-            except _UNREACHABLE:
+            except Exception:  # noqa: BLE001 - as in pool_for
                 self.failed()
 
 
