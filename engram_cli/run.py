@@ -48,7 +48,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--cluster",
         action="store_true",
         help="a local Redis Cluster (3 masters with a replica each, redis-server on ports "
-        "ENGRAM_EMBEDDED_REDIS_PORT..+5) instead of one Redis, 12 shards per stream "
-        "(docs/scale.md)",
+        "ENGRAM_EMBEDDED_REDIS_PORT..+5) instead of one Redis, 12 shards per stream; a "
+        "streaming replica of the embedded PostgreSQL that the query reads; two processes "
+        "of every service, the second on its port + 10 (docs/scale.md)",
     )
     p.set_defaults(func=run)

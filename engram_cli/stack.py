@@ -8,6 +8,11 @@ after a backoff (1 s, doubled per death in a row up to 60 s; a run of 60 s reset
 it), with a line saying so. On Ctrl-C (or SIGTERM) it stops the services, then the
 servers: the PostgreSQL of its data directory whichever process it is now (one
 restarted by anyone included).
+
+``engram run --cluster`` starts, on the same machine, a Redis Cluster instead of the one
+Redis, a streaming replica of the embedded PostgreSQL (``engram_cli/replica.py``) that
+the query instances read, and two processes of every service (the second on its
+service's port + 10).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from engram_cli.embedded import (
     stack_file,
     write_stack,
 )
+from engram_cli.replica import PRIMARY_CONFIG, EmbeddedReplica
 from shared.errors import ConfigError, InfrastructureError
 from shared.migrate import apply
 from shared.settings import CommonSettings, shared_buffers_for
@@ -46,6 +52,12 @@ SERVICES = ["ingest", "embedder", "extractor", "query"]
 CLUSTER_SHARDS = 12
 """shards per stream on ``engram run --cluster`` (unless ENGRAM_STREAM_SHARDS says more):
 twelve hash tags {0}..{11} fall 4/5/3 on three masters of evenly split slots"""
+CLUSTER_INSTANCES = 2
+"""processes of every service on ``engram run --cluster``"""
+INSTANCE_PORT_STEP = 10
+"""the second instance of a service listens 10 ports above the first (query 8010)"""
+REPLICA_PORT = 5433
+"""names the replica's Unix socket (``.s.PGSQL.5433`` in its data directory; no TCP)"""
 
 
 # Statistics fresh within seconds of a burst of writes: until the first ANALYZE
@@ -96,7 +108,11 @@ class Stack:
     cluster: EmbeddedRedisCluster | None = None
     """``engram run --cluster``: a local Redis Cluster instead of the one Redis"""
     with_cluster: bool = False
+    replica: EmbeddedReplica | None = None
+    """``engram run --cluster``: a streaming replica of the embedded PostgreSQL, which
+    the query instances read (ENGRAM_DATABASE_READ_URL)"""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    """by instance: ``query``, ``query-2`` ..."""
     database_url: str = ""
     redis_url: str = ""
     quiet: bool = True
@@ -110,15 +126,27 @@ class Stack:
             started = time.monotonic()
             pgdata = s.data_dir / "postgres"
             buffers = s.embedded_pg_shared_buffers or shared_buffers_for(database_bytes(pgdata))
-            self.postgres = EmbeddedPostgres(
-                pgdata, config={"shared_buffers": buffers, **PG_CONFIG}
-            )
+            config = {"shared_buffers": buffers, **PG_CONFIG}
+            if self.with_cluster:
+                config.update(PRIMARY_CONFIG)
+            self.postgres = EmbeddedPostgres(pgdata, config=config)
             self.database_url = self.postgres.start()
             line(
                 "PostgreSQL",
                 f"embedded, ready in {time.monotonic() - started:.1f} s "
                 f"({pgdata}, shared_buffers {buffers})",
             )
+            if self.with_cluster:
+                started = time.monotonic()
+                self.replica = EmbeddedReplica.of(
+                    self.postgres, s.data_dir / "postgres-replica", REPLICA_PORT
+                )
+                self.replica.start()
+                line(
+                    "replica",
+                    f"streaming, ready in {time.monotonic() - started:.1f} s "
+                    f"({self.replica.data_dir}); the query instances read it",
+                )
         else:
             self.database_url = s.database_url.get_secret_value()
             line("PostgreSQL", "ENGRAM_DATABASE_URL")
@@ -176,17 +204,31 @@ class Stack:
         env["ENGRAM_REDIS_CLUSTER"] = "true" if self.settings.redis_cluster else "false"
         env["ENGRAM_STREAM_SHARDS"] = str(self.settings.stream_shards)
         env["ENGRAM_DATA_DIR"] = str(self.settings.data_dir.resolve())
+        if self.replica is not None:
+            env["ENGRAM_DATABASE_READ_URL"] = self.replica.url
         return env
 
+    @property
+    def instances(self) -> int:
+        return CLUSTER_INSTANCES if self.with_cluster else 1
+
     def start_services(self, names: list[str]) -> None:
-        root = Path(__file__).resolve().parent.parent
         for name in names:
-            self.processes[name] = subprocess.Popen(
-                [sys.executable, "-m", f"services.{name}"],
-                env=self.env(),
-                cwd=root,
-                preexec_fn=detached,
-            )
+            for i in range(self.instances):
+                self.start_instance(instance_name(name, i))
+
+    def start_instance(self, key: str) -> None:
+        """Start one process of a service (``query`` or ``query-2``, on its own port)."""
+        root = Path(__file__).resolve().parent.parent
+        env = self.env()
+        service, _, _ = key.partition("-")
+        env[f"ENGRAM_{service.upper()}_PORT"] = str(self.port(key))
+        self.processes[key] = subprocess.Popen(
+            [sys.executable, "-m", f"services.{service}"],
+            env=env,
+            cwd=root,
+            preexec_fn=detached,
+        )
 
     def supervise(self) -> None:
         """One look at every child: note what died, start again what is due."""
@@ -196,7 +238,7 @@ class Stack:
 
         # (what, how it ended or None while it runs, how to start it again)
         watched: list[tuple[str, str | None, Callable[[], object]]] = [
-            (f"service {name}", gone(proc.poll()), functools.partial(self.start_services, [name]))
+            (f"service {name}", gone(proc.poll()), functools.partial(self.start_instance, name))
             for name, proc in self.processes.items()
         ]
         if self.redis is not None and self.redis.process is not None:
@@ -207,6 +249,9 @@ class Stack:
         if self.postgres is not None:
             ended = None if self.postgres.running() else "is gone"
             watched.append(("PostgreSQL", ended, self.postgres.revive))
+        if self.replica is not None:
+            ended = None if self.replica.running() else "is gone"
+            watched.append(("PostgreSQL replica", ended, self.replica.start))
         for what, ended, start in watched:
             state = self.restarts.setdefault(what, Restarts())
             if ended is None and state.due is None:
@@ -229,8 +274,11 @@ class Stack:
                 state.restarted()
                 print(f"{what} started again", file=sys.stderr, flush=True)
 
-    def port(self, name: str) -> int:
-        return int(getattr(self.settings, f"{name}_port"))
+    def port(self, key: str) -> int:
+        """The port of an instance (``query``: ENGRAM_QUERY_PORT; ``query-2``: 10 above)."""
+        service, _, n = key.partition("-")
+        base = int(getattr(self.settings, f"{service}_port"))
+        return base + (int(n) - 1) * INSTANCE_PORT_STEP if n else base
 
     def wait_healthy(self, timeout: float = 120.0) -> None:
         """Wait for every service's /health; print a line as each one answers."""
@@ -267,9 +315,16 @@ class Stack:
             self.redis.stop()
         if self.cluster is not None:
             self.cluster.stop()
+        if self.replica is not None:
+            self.replica.stop()
         if self.postgres is not None:
             self.postgres.stop()
         stack_file(self.settings).unlink(missing_ok=True)
+
+
+def instance_name(service: str, i: int) -> str:
+    """``query`` for the first process of a service, ``query-2`` for the second ..."""
+    return service if i == 0 else f"{service}-{i + 1}"
 
 
 def line(what: str, text: str) -> None:
@@ -304,9 +359,13 @@ def run_stack(
         print(f"  API        {base}/v1/  (index of the API: {base}/)")
         print(f"  API docs   {base}/docs")
         print(f"  browser    {base}/ui/")
-        for name in names:
-            print(f"  {name:<10} http://{settings.host}:{stack.port(name)}/metrics  /health")
+        for name in stack.processes:
+            print(f"  {name:<11}http://{settings.host}:{stack.port(name)}/metrics  /health")
+        if stack.instances > 1:
+            print(f"  API (2)    http://{settings.host}:{stack.port('query-2')}/v1/")
         print(f"  PostgreSQL {stack.database_url}")
+        if stack.replica is not None:
+            print(f"  replica    {stack.replica.url}  (ENGRAM_DATABASE_READ_URL of the query)")
         where = (
             "engram publish picks the shard"
             if stack.cluster

@@ -56,6 +56,19 @@ class CommonSettings(BaseSettings):
     database_url: SecretStr | None = Field(
         default=None, description="PostgreSQL URL; unset = embedded PostgreSQL under data_dir"
     )
+    database_read_url: SecretStr | None = Field(
+        default=None,
+        description="a streaming replica of ENGRAM_DATABASE_URL for the query service's reads "
+        "(search, context, recall, listings); writes always go to the primary, and a user's "
+        "read waits for the replica to replay that user's last write (docs/scale.md); "
+        "unset = every read on the primary",
+    )
+    read_your_writes_wait_ms: int = Field(
+        default=250,
+        ge=0,
+        description="how long a read waits for the replica to replay the user's last write "
+        "before it reads the primary instead",
+    )
     redis_url: SecretStr | None = Field(
         default=None, description="Redis URL; unset = embedded Redis under data_dir"
     )

@@ -13,7 +13,7 @@ from prometheus_client import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.query import ui
-from services.query.api import edges, faults
+from services.query.api import edges, faults, replica
 from services.query.api.auth import KeyCache
 from services.query.api.routes import routers
 from services.query.api.routes.archive import IMPORT_PATH
@@ -61,6 +61,7 @@ def create_app(
         state.trigram = await has_trigram(rt.pool)
 
     rt.on_start.append(read_trigram)
+    reads = replica.install(rt, settings)
     _webhook_sender(rt, settings)
     rpc.register(rt, state)
     # Swagger UI and ReDoc from the service's own files: /docs works offline
@@ -75,10 +76,12 @@ def create_app(
     app.state.query = state
     app.state.hint_cache = HintCache(GUIDANCE)
     KeyCache(settings.key_cache_ttl_s).install(app, rt)
+    app.state.reads = reads
     add_ops_routes(app, rt)
     for router in (*routers(), ui.router):
         app.include_router(router)
     _install_error_handlers(app)
+    app.add_middleware(replica.ReplicaFallback, routing=reads)
     faults.install(app, registry=rt.metrics.registry, route_label=route_label)
     _install_metrics(app, rt)
     if rt.tracing.enabled:

@@ -1,7 +1,8 @@
 """A real Redis Cluster for the tests that need one: 3 masters with a replica each,
 Debian's ``redis-server`` on loopback ports (``engram_cli/cluster.py``, what
 ``engram run --cluster`` starts), a short node timeout so a killed master's replica
-takes over in a couple of seconds. Started once per worker that runs these tests."""
+takes over in a couple of seconds. Started once per worker that runs these tests.
+And a PostgreSQL primary with a streaming replica (``replicated``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,10 @@ import pytest
 from pydantic import SecretStr
 
 from engram_cli.cluster import EmbeddedRedisCluster, free_cluster_ports
+from engram_cli.embedded import free_port
+from engram_cli.replica import EmbeddedReplica
 from shared.settings import CommonSettings
+from tests.conftest import Infra
 
 SHARDS = 6
 
@@ -51,3 +56,35 @@ def cluster_settings(
         return make_settings(cls, **values)
 
     return make
+
+
+@dataclass
+class Replicated:
+    """A PostgreSQL primary of its own (migrated) and its streaming replica."""
+
+    primary: EmbeddedReplica
+    """a copy of the session's migrated database, a primary of its own"""
+    replica: EmbeddedReplica
+    database_url: str
+    read_url: str
+
+
+@pytest.fixture(scope="session")
+def replicated(infra: Infra) -> Iterator[Replicated]:
+    """A primary with one streaming replica, from the embedded PostgreSQL's binaries
+    (``engram_cli/replica.py``, what ``engram run --cluster`` starts). The primary is a
+    copy of the session's migrated database (``pg_basebackup``, seconds; migrating a
+    new one takes tens), not the session's own: the tests restart it."""
+    session_pg = infra.data_dir / "pg"
+    if not (session_pg / "PG_VERSION").exists():
+        pytest.fail("the replica tests copy the session's embedded PostgreSQL (no test URL)")
+    root = Path(tempfile.mkdtemp(prefix="engram-replica-"))
+    primary = EmbeddedReplica(session_pg, root / "primary", free_port(), standby=False)
+    replica = EmbeddedReplica(primary.data_dir, root / "replica", free_port())
+    try:
+        url = primary.start()
+        yield Replicated(primary, replica, url, replica.start())
+    finally:
+        replica.stop()
+        primary.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,7 +1,9 @@
 """The alert rules under promtool's rule tests (issue 29.6, 29.13): the dead-letter
 alert sees the first dead letters after a start, whether the series starts at 0 (the
 consumers initialise it) or first shows up at 1; the unhandled-error alert fires on
-the first 500. Skipped without ``promtool`` on PATH (Debian: prometheus)."""
+the first 500; the replica alerts fire for the replica that stays behind (or that a
+query process cannot reach), not for one that lagged once. Skipped without
+``promtool`` on PATH (Debian: prometheus)."""
 
 from __future__ import annotations
 
@@ -59,6 +61,18 @@ def test_alert_rules_fire_on_the_first_event_after_a_start(tmp_path: Path) -> No
                         "engram_http_server_errors_total", {**query, "route": "unmatched"}, "0x5"
                     ),
                     series("engram_http_server_errors_total", {**query, "route": "/v1/x"}, "_ 1x4"),
+                    # replica r1 falls behind and stays there; r2 lags once, briefly
+                    series("engram_db_replica_lag_seconds", {**query, "replica": "r1"}, "0 45x6"),
+                    series("engram_db_replica_lag_seconds", {**query, "replica": "r2"}, "0 45 0x5"),
+                    series(
+                        "engram_db_replica_lag_bytes",
+                        {**query, "replica": "r1"},
+                        f"0 {300 * 2**20}x8",
+                    ),
+                    series("engram_db_replica_lag_bytes", {**query, "replica": "r2"}, "0x8"),
+                    # one query process cannot reach its replica, the other can
+                    series("engram_db_read_replica_up", query, "1 0x4"),
+                    series("engram_db_read_replica_up", {**query, "instance": "q:2"}, "1x5"),
                 ],
                 "alert_rule_test": [
                     {
@@ -83,6 +97,39 @@ def test_alert_rules_fire_on_the_first_event_after_a_start(tmp_path: Path) -> No
                                 {"job": "engram-query", "route": "/v1/x"},
                                 "/v1/x answered 500 on an unhandled error (see the query "
                                 "service's log)",
+                            )
+                        ],
+                    },
+                    {
+                        "eval_time": "4m",
+                        "alertname": "EngramReplicaLag",
+                        "exp_alerts": [
+                            _alert(
+                                "EngramReplicaLag",
+                                {"replica": "r1"},
+                                "PostgreSQL replica r1 replays 45 s behind the primary",
+                            )
+                        ],
+                    },
+                    {
+                        "eval_time": "7m",
+                        "alertname": "EngramReplicaFarBehind",
+                        "exp_alerts": [
+                            _alert(
+                                "EngramReplicaFarBehind",
+                                {"replica": "r1"},
+                                "PostgreSQL replica r1 is 300MiB of WAL behind the primary",
+                            )
+                        ],
+                    },
+                    {
+                        "eval_time": "3m",
+                        "alertname": "EngramReadReplicaDown",
+                        "exp_alerts": [
+                            _alert(
+                                "EngramReadReplicaDown",
+                                {"job": "engram-query", "instance": "q:1"},
+                                "q:1 cannot read its replica; every read goes to the primary",
                             )
                         ],
                     },

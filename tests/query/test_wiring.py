@@ -58,7 +58,7 @@ async def test_the_memory_routes_run_no_dependency_in_a_worker_thread(
         assert (await client.get("/v1/memory/themes", headers=h)).status_code == 200
         # the recorder does see a synchronous dependency
         assert not hopped
-        app.dependency_overrides[deps._pool] = deps.pool
+        app.dependency_overrides[deps._read_pool] = deps.pool  # themes: a read
         assert (await client.get("/v1/memory/themes", headers=h)).status_code == 200
     assert hopped == ["pool"]
 

@@ -194,7 +194,14 @@ async def principal(
 
 
 async def acting_user(request: Request, who: Annotated[Principal, Depends(principal)]) -> str:
-    """The user this call reads and writes as."""
+    """The user this call reads and writes as (kept on the request: read-your-writes
+    keys a write by it, services/query/api/replica.py)."""
+    user = await _acting_user(request, who)
+    request.state.acting_user = user
+    return user
+
+
+async def _acting_user(request: Request, who: Principal) -> str:
     asked = request.headers.get("x-engram-user") or request.query_params.get("user_id")
     if who.is_admin:
         if not asked:

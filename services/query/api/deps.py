@@ -8,11 +8,14 @@ pool and back on every request for what is an attribute read.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 import asyncpg
 from fastapi import Depends, Request
 
+from services.query.api.auth import UserId
+from services.query.api.replica import ReadRouting
 from services.query.memory.state import QueryState
 from services.query.settings import QuerySettings
 from shared.runtime import Runtime
@@ -46,8 +49,25 @@ async def _runtime(request: Request) -> Runtime:
     return runtime(request)
 
 
-async def _pool(request: Request) -> asyncpg.Pool:
-    return pool(request)
+async def _pool(request: Request) -> AsyncIterator[asyncpg.Pool]:
+    """The primary. With a read replica configured, a request other than a GET keeps its
+    acting user's write position once the route is done, before its response is sent
+    (read-your-writes, services/query/api/replica.py)."""
+    try:
+        yield pool(request)
+    finally:
+        reads: ReadRouting = request.app.state.reads
+        user = getattr(request.state, "acting_user", None)
+        if reads.enabled and user is not None and request.method not in ("GET", "HEAD"):
+            await reads.remember(user)
+
+
+async def _read_pool(request: Request, user_id: UserId) -> asyncpg.Pool:
+    """The primary or the replica for a read by ``user_id`` (replica.ReadRouting)."""
+    reads: ReadRouting = request.app.state.reads
+    if not reads.enabled:
+        return pool(request)
+    return await reads.pool_for(user_id, request.scope.setdefault("state", {}))
 
 
 async def _publisher(request: Request) -> Publisher:
@@ -63,7 +83,9 @@ async def _settings(request: Request) -> QuerySettings:
 
 
 Rt = Annotated[Runtime, Depends(_runtime)]
-Pool = Annotated[asyncpg.Pool, Depends(_pool)]
+Pool = Annotated[asyncpg.Pool, Depends(_pool, scope="function")]
+ReadPool = Annotated[asyncpg.Pool, Depends(_read_pool)]
+"""A read route's pool: the replica when it has the user's writes, else the primary"""
 Pub = Annotated[Publisher, Depends(_publisher)]
 State = Annotated[QueryState, Depends(_query_state)]
 Settings = Annotated[QuerySettings, Depends(_settings)]

@@ -49,6 +49,9 @@ class ToolContext:
     hint_cache: HintCache
     chat: Chat | None = None
     """The chat the call happens in (the agent's session), never the model's to choose."""
+    after: Callable[[], Awaitable[None]] | None = None
+    """Run after every call, failed or not (read-your-writes keeps the user's write
+    position: services/query/api/replica.py)."""
 
     async def embedder(self) -> ModelEmbedder | None:
         """The user's query embedder (None: none configured)."""

@@ -50,4 +50,8 @@ def tool_schemas(fmt: str = "all") -> dict[str, list[dict[str, Any]]]:
 
 async def call_tool(ctx: ToolContext, name: str, arguments: Any) -> Any:
     """Run one call of ``name`` for ``ctx.user_id``; ToolError for the model to read."""
-    return await run(REGISTRY, ctx, name, arguments)
+    try:
+        return await run(REGISTRY, ctx, name, arguments)
+    finally:
+        if ctx.after is not None:
+            await ctx.after()

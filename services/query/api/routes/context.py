@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from services.query.api.auth import UserId
-from services.query.api.deps import Pool, Settings
+from services.query.api.deps import ReadPool, Settings
 from services.query.api.embedder import QueryEmbedder
 from services.query.context.build import build_context
 from services.query.context.models import ContextIn, ContextOut
@@ -23,7 +23,7 @@ async def context(
     request: Request,
     settings: Settings,
     user_id: UserId,
-    pool: Pool,
+    pool: ReadPool,
     embedder: QueryEmbedder,
 ) -> ContextOut:
     return await build_context(

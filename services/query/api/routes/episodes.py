@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from services.query.api import responses as R
 from services.query.api.auth import UserId
-from services.query.api.deps import Pool, State
+from services.query.api.deps import ReadPool, State
 from services.query.episodes import listing as es
 from services.query.episodes.recall import RecallIn, recall
 
@@ -21,7 +21,7 @@ router = APIRouter(prefix="/v1/episodes", tags=["episodes (Nous)"])
     summary="Recall episodes by summary, key points and topics",
     response_model=R.EpisodeRecallOut,
 )
-async def search(body: RecallIn, user_id: UserId, pool: Pool, state: State) -> dict[str, Any]:
+async def search(body: RecallIn, user_id: UserId, pool: ReadPool, state: State) -> dict[str, Any]:
     """The acting user's episodes, best first, each with its user tag line
     (``[Tim] Checked weather for Silver Spring, MD``)."""
     return await recall(state, pool, user_id=user_id, query=body.query, limit=body.limit)
@@ -30,7 +30,7 @@ async def search(body: RecallIn, user_id: UserId, pool: Pool, state: State) -> d
 @router.get("", summary="The acting user's episodes, newest first", response_model=R.EpisodeListOut)
 async def list_episodes(
     user_id: UserId,
-    pool: Pool,
+    pool: ReadPool,
     status: Annotated[str | None, Query(pattern="^(open|closed)$")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
@@ -46,7 +46,7 @@ async def list_episodes(
 async def get_episode(
     episode_id: uuid.UUID,
     user_id: UserId,
-    pool: Pool,
+    pool: ReadPool,
     turns: Annotated[int, Query(ge=0, le=1000)] = 200,
 ) -> es.Episode:
     return await es.get_episode(pool, user_id=user_id, episode_id=episode_id, turns=turns)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 
 from services.query.api import responses as R
 from services.query.api.auth import UserId
-from services.query.api.deps import Pool, Pub, State
+from services.query.api.deps import Pool, Pub, ReadPool, State
 from services.query.api.edges import NAMED_IN_BODY
 from services.query.memory import facts as fs
 from services.query.memory.requests import FactIn, FactListIn, FactSearchIn, ForgetIn, SummaryIn
@@ -28,7 +28,7 @@ async def save(body: FactIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str,
     response_model=R.FactsOut,
 )
 async def search(
-    body: FactSearchIn, request: Request, user_id: UserId, pool: Pool, state: State
+    body: FactSearchIn, request: Request, user_id: UserId, pool: ReadPool, state: State
 ) -> dict[str, Any]:
     vector = None
     if not lists_newest(body.query):  # else the newest facts: nothing to embed
@@ -55,12 +55,14 @@ async def forget(body: ForgetIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[
 
 
 @router.get("", summary="All facts, sorted and paginated", response_model=R.FactPageOut)
-async def list_(user_id: UserId, pool: Pool, q: Annotated[FactListIn, Query()]) -> dict[str, Any]:
+async def list_(
+    user_id: UserId, pool: ReadPool, q: Annotated[FactListIn, Query()]
+) -> dict[str, Any]:
     return await fs.list_facts(pool, user_id=user_id, **q.model_dump())
 
 
 @router.get("/summary", summary="The user's narrative summary", response_model=R.SummaryOut)
-async def get_summary(user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def get_summary(user_id: UserId, pool: ReadPool) -> dict[str, Any]:
     return await fs.get_summary(pool, user_id=user_id)
 
 

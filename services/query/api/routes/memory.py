@@ -10,7 +10,7 @@ from fastapi import APIRouter
 
 from services.query.api import responses as R
 from services.query.api.auth import Caller, UserId
-from services.query.api.deps import Pool, Pub, State
+from services.query.api.deps import Pool, Pub, ReadPool, State
 from services.query.memory import items as ms
 from services.query.memory.requests import AddIn, SearchIn
 from shared.memory import observations as consolidation
@@ -24,7 +24,7 @@ router = APIRouter(prefix="/v1/memory", tags=["memory (Nova)"])
     response_model=R.SearchOut,
 )
 async def search(
-    body: SearchIn, who: Caller, user_id: UserId, pool: Pool, state: State
+    body: SearchIn, who: Caller, user_id: UserId, pool: ReadPool, state: State
 ) -> dict[str, Any]:
     stored = who.embedding_settings(user_id)  # read with the key: no second round trip
     result = await state.search(pool, body.params(), user_id=user_id, stored=stored)
@@ -49,7 +49,7 @@ async def add(body: AddIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, A
     summary="Every field of one memory and its embedding state",
     response_model=R.MemoryItemOut,
 )
-async def get(item_id: uuid.UUID, user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def get(item_id: uuid.UUID, user_id: UserId, pool: ReadPool) -> dict[str, Any]:
     return await ms.get_memory(pool, user_id=user_id, item_id=item_id)
 
 
@@ -74,7 +74,7 @@ async def delete(item_id: uuid.UUID, user_id: UserId, pool: Pool, pub: Pub) -> m
 @router.get(
     "/themes", summary="The user's themes with their active item counts", response_model=R.ThemesOut
 )
-async def themes(user_id: UserId, pool: Pool) -> ms.Themes:
+async def themes(user_id: UserId, pool: ReadPool) -> ms.Themes:
     return await ms.list_themes(pool, user_id=user_id)
 
 

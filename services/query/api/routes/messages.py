@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from services.query.api import responses as R
 from services.query.api.auth import UserId
-from services.query.api.deps import Pool, State
+from services.query.api.deps import ReadPool, State
 from services.query.ranking import turns as ms
 from services.query.ranking.search_text import SearchText, lists_newest
 from shared.dates import AS_OF_TEXT, AsOf
@@ -55,7 +55,7 @@ class MessageSearchIn(BaseModel):
     response_model=R.MessageSearchOut,
 )
 async def search(
-    body: MessageSearchIn, user_id: UserId, pool: Pool, state: State
+    body: MessageSearchIn, user_id: UserId, pool: ReadPool, state: State
 ) -> dict[str, Any]:
     q = body.query_()
     vector = None

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from services.query.api import responses as R
 from services.query.api.auth import UserId
-from services.query.api.deps import Pool, Pub, Settings
+from services.query.api.deps import Pool, Pub, ReadPool, Settings
 from services.query.api.edges import NAMED_IN_BODY
 from services.query.api.embedder import QueryEmbedder
 from services.query.people.calls import RecallIn, RememberIn, do_recall, do_remember
@@ -61,7 +61,7 @@ async def recall(
     body: RecallIn,
     settings: Settings,
     user_id: UserId,
-    pool: Pool,
+    pool: ReadPool,
     embedder: QueryEmbedder,
 ) -> dict[str, Any]:
     return await do_recall(
@@ -74,7 +74,7 @@ async def recall(
     summary="The people this user has told the assistant about",
     response_model=R.PeopleOut,
 )
-async def people(user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def people(user_id: UserId, pool: ReadPool) -> dict[str, Any]:
     return {"people": [p.public() for p in await list_people(pool, user_id)]}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Annotated, Any, Literal
 
@@ -51,6 +52,7 @@ async def tool_context(request: Request, user_id: str) -> toolbox.ToolContext:
     (``/v1/tools/call`` and the MCP server)."""
     app_state = request.app.state
     pool = app_state.runtime.pool
+    reads = app_state.reads
     return toolbox.ToolContext(
         pool=pool,
         publisher=app_state.runtime.publisher,
@@ -58,6 +60,8 @@ async def tool_context(request: Request, user_id: str) -> toolbox.ToolContext:
         user_id=user_id,
         trigram=app_state.query.trigram,
         hint_cache=app_state.hint_cache,
+        # tools read and write the primary; what they write, the replica reads wait for
+        after=functools.partial(reads.remember, user_id) if reads.enabled else None,
     )
 
 
