@@ -39,6 +39,10 @@ from shared.tracing import OFF, Tracing, context_of, traces_url
 from tests.embedder.scripted import ScriptedServer
 from tests.support import ROOT, running, wait_for
 
+# An entry is delivered once here: a batch slowed by a loaded machine is not taken over
+# (a redelivery would be a second, legitimate 'process' span in the turn's trace).
+SLOW_BATCH_MS = 60_000
+
 
 @pytest.fixture
 def exporter() -> InMemorySpanExporter:
@@ -60,6 +64,7 @@ def _embedder_settings(
     return make_settings(
         EmbedderSettings,
         stream_prefix=prefix,
+        claim_idle_ms=SLOW_BATCH_MS,
         embedding_provider="ollama",
         embedding_url=server.base_url("ollama"),
         embedding_model="nomic-embed-text",
@@ -120,7 +125,7 @@ async def test_each_turn_is_one_trace_from_its_publish_to_its_vector_written(
     exporter: InMemorySpanExporter,
     user_id: str,
 ) -> None:
-    ingest: IngestSettings = make_settings(IngestSettings)
+    ingest: IngestSettings = make_settings(IngestSettings, claim_idle_ms=SLOW_BATCH_MS)
     es = _embedder_settings(make_settings, server, ingest.stream_prefix)
     platform = Tracing.from_settings(ingest, "platform", exporter=exporter)
     turns = [_turn(user_id, "I moved to Lisbon in May"), _turn(user_id, "my cat is Miso", "c2")]
@@ -187,11 +192,11 @@ async def test_an_episode_close_is_followed_through_the_extractor_to_its_summary
     exporter: InMemorySpanExporter,
     user_id: str,
 ) -> None:
-    ingest: IngestSettings = make_settings(IngestSettings)
+    ingest: IngestSettings = make_settings(IngestSettings, claim_idle_ms=SLOW_BATCH_MS)
     prefix = ingest.stream_prefix
     es = _embedder_settings(make_settings, server, prefix)
     xs: ExtractorSettings = make_settings(
-        ExtractorSettings, stream_prefix=prefix, sweep_interval_s=3600
+        ExtractorSettings, stream_prefix=prefix, sweep_interval_s=3600, claim_idle_ms=SLOW_BATCH_MS
     )
     platform = Publisher(
         redis, ingest, Tracing.from_settings(ingest, "platform", exporter=exporter)
@@ -296,7 +301,7 @@ async def test_a_turn_without_trace_context_is_stored_and_starts_its_trace_at_in
 ) -> None:
     """A platform that does not trace (an event as it was before ``trace`` existed),
     and one whose ``trace`` is not a traceparent: both stored, each a trace of its own."""
-    ingest: IngestSettings = make_settings(IngestSettings)
+    ingest: IngestSettings = make_settings(IngestSettings, claim_idle_ms=SLOW_BATCH_MS)
     plain = _turn(user_id, "no trace here")
     garbled = _turn(user_id, "a garbled trace")
     payloads = [
@@ -336,7 +341,7 @@ async def test_tracing_off_makes_no_span_and_puts_no_trace_on_the_stream(
     make_settings: Callable[..., Any],
     user_id: str,
 ) -> None:
-    ingest: IngestSettings = make_settings(IngestSettings)
+    ingest: IngestSettings = make_settings(IngestSettings, claim_idle_ms=SLOW_BATCH_MS)
     assert ingest.traces_endpoint is None
     app = ingest_app(ingest)
     rt = app.state.runtime
