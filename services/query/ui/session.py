@@ -70,10 +70,14 @@ async def viewer(
         row = await q.user(pool, chosen) if chosen else None
         if row is None:
             raise _redirect("/ui/users")
-        return Viewer(who, row["id"], row["display_name"])
-    assert who.user_id is not None
-    row = await q.user(pool, who.user_id)
-    return Viewer(who, who.user_id, row["display_name"] if row else None)
+        seen = Viewer(who, row["id"], row["display_name"])
+    else:
+        assert who.user_id is not None
+        row = await q.user(pool, who.user_id)
+        seen = Viewer(who, who.user_id, row["display_name"] if row else None)
+    # what the browser changes, the user's API reads on a replica wait for (replica.py)
+    request.state.acting_user = seen.user_id
+    return seen
 
 
 async def admin_principal(who: Annotated[Principal, Depends(ui_principal)]) -> Principal:
