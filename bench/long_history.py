@@ -70,8 +70,10 @@ FROM (SELECT * FROM messages WHERE user_id = ANY($2::text[]) AND embedding_state
       ORDER BY occurred_at, id LIMIT $6) AS m
 """
 COPY_PASSAGES = """
-INSERT INTO message_passages (message_id, idx, user_id, start_char, end_char, embedding)
-SELECT n.id, p.idx, $1, p.start_char, p.end_char, p.embedding
+INSERT INTO message_passages (message_id, idx, user_id, start_char, end_char, embedding, fts,
+                              speaker, turn_lexemes)
+SELECT n.id, p.idx, $1, p.start_char, p.end_char, p.embedding, p.fts, p.speaker,
+       p.turn_lexemes
 FROM messages m
      JOIN messages n ON n.user_id = $1
           AND n.external_id = 'R' || $3 || ':' || m.user_id || ':' || m.external_id

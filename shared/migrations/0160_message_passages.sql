@@ -6,8 +6,9 @@
 -- (stored with the turn's own vector, `messages.embedding`), and stores each
 -- passage's vector and words here, in the same transaction as the turn's own
 -- vector, replacing any it had: they are always of the turn's model, and a search
--- reads them only while the turn is `ready`. A search's semantic side takes a
--- turn's best vector, its own or a passage's; the turn is returned once.
+-- reads them only while the turn is `ready`. A search may read a long turn as
+-- its passages (RankSpec.lexical_passages / semantic_passages), the turn scoring
+-- its best passage's and returned once (docs/embeddings.md, "Passages").
 --
 -- Per user like every table (the owner is the turn's); in the partial HNSW index
 -- of the same form as messages' (migration 0050) when the owner is listed for

@@ -28,7 +28,8 @@ BEGIN
     INSERT INTO message_text_stats AS s (user_id, speaker, turns, lexemes, long_turns,
                                          long_lexemes, passages, passage_lexemes)
     SELECT user_id, speaker, 0, 0, count(*) FILTER (WHERE idx = 0),
-           coalesce(sum(turn_lexemes) FILTER (WHERE idx = 0), 0), count(*), sum(length(fts))
+           coalesce(sum(turn_lexemes) FILTER (WHERE idx = 0), 0), count(*),
+           coalesce(sum(length(fts)), 0)
     FROM added GROUP BY 1, 2 ORDER BY 1, 2
     ON CONFLICT (user_id, speaker) DO UPDATE
         SET long_turns = s.long_turns + EXCLUDED.long_turns,

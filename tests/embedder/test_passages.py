@@ -17,7 +17,8 @@ from services.embedder.app import create_app as embedder_app
 from services.embedder.settings import EmbedderSettings
 from services.ingest.app import create_app as ingest_app
 from services.ingest.settings import IngestSettings
-from services.query.ranking.turns import MessageQuery, search_messages
+from services.query.ranking.specs import MESSAGE_MODES
+from services.query.ranking.turns import rank_turns
 from shared.embeddings import fit_to_column, resolve_embedder
 from shared.embeddings.passages import split
 from shared.events import TurnReceived
@@ -94,16 +95,19 @@ async def _ready(pool: asyncpg.Pool, user_id: str, n: int) -> bool:
 async def _search(
     pool: asyncpg.Pool, es: EmbedderSettings, user_id: str, query: str, mode: Any
 ) -> list[Any]:
+    """Message search in ``mode``, its semantic side reading passages (the spec's
+    ``semantic_passages``: measured, kept on no surface, docs/retrieval.md)."""
     embedder = await resolve_embedder(pool, user_id, es)
     assert embedder is not None
     [q] = await embedder.embed([query])
-    result = await search_messages(
+    return await rank_turns(
         pool,
-        MessageQuery(query, limit=10, mode=mode),
+        MESSAGE_MODES[mode].but(semantic_passages=True),
         user_id=user_id,
+        query=query,
         vector=fit_to_column(q, es.embedding_dim),
+        limit=10,
     )
-    return result.hits
 
 
 @pytest.mark.slow
@@ -213,6 +217,9 @@ async def test_a_300000_character_turn_is_stored_whole_and_its_end_is_findable(
     assert passages == len(split(huge))
     hits = await _search(pool, es, user_id, QUERY, "semantic")
     assert hits[0].id == row["id"]
-    # the words of its first 200,000 characters are indexed (migration 0160)
+    # the words of its first 200,000 characters are indexed (migration 0160), and
+    # every passage's: the bm25 mode reads them (``lexical_passages``)
     lexical = await _search(pool, es, user_id, "job 000042 finished", "bm25")
+    assert lexical[0].id == row["id"]
+    lexical = await _search(pool, es, user_id, "offsite Lisbon agenda", "bm25")
     assert lexical[0].id == row["id"]

@@ -51,9 +51,12 @@ class RankSpec:
     w_lex: float = 0.3
     combine: Literal["weighted", "rrf"] = "weighted"
     lexical: Literal["ts_rank", "ts_rank_cd", "bm25"] = "ts_rank"
-    # turns: BM25 reads a long turn as its passages (migration 0160), the turn
-    # scoring its best passage's; a turn without passages is one document as before
+    # turns: BM25 reads a long turn as its passages (migrations 0160-0161), the
+    # turn scoring its best passage's; a turn without passages is one document as
+    # before. And the semantic side reads a long turn's best vector, its own or a
+    # passage's (tried, not kept on any surface: docs/retrieval.md)
     lexical_passages: bool = False
+    semantic_passages: bool = False
     lexical_norm: Literal["minmax", "saturate", "max"] = "minmax"
     semantic: Literal["inverse_distance", "cosine"] = "inverse_distance"
     semantic_norm: Literal["minmax", "none", "clamp"] = "minmax"

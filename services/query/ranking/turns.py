@@ -237,14 +237,44 @@ terms AS MATERIALIZED (
     + _BM25_RANKED,
 }
 
-# A turn's semantic distance is its best vector's: its own (its head) or one of its
-# passages' (a long turn cut by the embedder, migration 0160), read only while the
-# turn is ``ready`` (passages are written with the turn's vector, of its model).
+# Exact: "+ 0" keeps the planner off the HNSW index, so every one of the user's
+# rows is compared (used when the user has few rows).
+_SEMANTIC_EXACT = """
+semantic AS (
+    SELECT m.id, (m.embedding <=> $3::vector)::float8 AS dist,
+           row_number() OVER (ORDER BY (m.embedding <=> $3::vector) + 0, m.id) AS pos
+    FROM messages m
+    WHERE m.user_id = $1 AND $3::vector IS NOT NULL
+      AND m.embedding_state = 'ready' AND m.embedding IS NOT NULL {filters}
+    ORDER BY (m.embedding <=> $3::vector) + 0, m.id
+    LIMIT $8
+)"""
+
+# Index: ordered by the indexed expression, and naming the partial index's
+# predicate (vector_indexed: users listed for the index, migration 0050), so the
+# HNSW walk is used. The distance kept is the full-precision one.
+_SEMANTIC_INDEX = """
+semantic AS MATERIALIZED (
+    SELECT w.id, w.dist, row_number() OVER (ORDER BY w.walk, w.id) AS pos
+    FROM (
+        SELECT m.id, (m.embedding <=> $3::vector)::float8 AS dist,
+               m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim}) AS walk
+        FROM messages m
+        WHERE m.user_id = $1 AND m.vector_indexed AND m.embedding_state = 'ready' {filters}
+        ORDER BY m.embedding::halfvec({dim}) <=> $3::vector::halfvec({dim})
+        LIMIT $8
+    ) AS w
+)"""
+
+# With ``semantic_passages``, a turn's semantic distance is its best vector's: its
+# own (its head) or one of its passages' (a long turn cut by the embedder, migration
+# 0160), read only while the turn is ``ready`` (passages are written with the
+# turn's vector, of its model).
 # The turn comes once, at its best passage's distance.
 #
 # Exact: "+ 0" keeps the planner off the HNSW index, so every one of the user's
 # rows is compared (used when the user has few rows).
-_SEMANTIC_EXACT = """
+_SEMANTIC_EXACT_PASSAGES = """
 semantic AS (
     SELECT v.id, min(v.dist) AS dist, row_number() OVER (ORDER BY min(v.dist), v.id) AS pos
     FROM (
@@ -268,7 +298,7 @@ semantic AS (
 # HNSW walk is used; the passages' walk likewise (their index, migration 0160),
 # the turn's filters read from the turn as the walk goes. The distance kept is the
 # full-precision one.
-_SEMANTIC_INDEX = """
+_SEMANTIC_INDEX_PASSAGES = """
 semantic AS MATERIALIZED (
     SELECT w.id, min(w.dist) AS dist,
            row_number() OVER (ORDER BY min(w.walk), w.id) AS pos
@@ -322,9 +352,7 @@ SELECT c.*, t.occurred_at, t.content ~ '\\?\\s*$' AS asks, length(t.fts) AS len,
        {t_who} AS who,
        coalesce(to_tsvector('english', coalesce(t.display_name, '')) @@ q.tsq, false) AS named,
        CASE WHEN $3::vector IS NOT NULL AND t.embedding_state = 'ready'
-            THEN 1 - least(t.embedding <=> $3::vector,
-                           (SELECT min(p.embedding <=> $3::vector) FROM message_passages p
-                            WHERE p.message_id = t.id AND p.user_id = $1)) END AS cos,
+            THEN {cos} END AS cos,
        EXISTS (SELECT 1 FROM unnest($10::timestamptz[], $11::timestamptz[]) AS p(lo, hi)
                WHERE t.occurred_at >= p.lo AND t.occurred_at < p.hi) AS in_period,
        bef.ids AS before_ids, bef.ats AS before_ats, bef.whos AS before_whos,
@@ -354,9 +382,18 @@ FROM messages m WHERE m.user_id = $1 AND m.id = ANY($2::bigint[])
 _WHO = "{t}.role || ':' || coalesce({t}.display_name, '')"
 
 
+# the cosine a candidate is read at: its own vector's, or its best passage's
+_COS = "1 - (t.embedding <=> $3::vector)"
+_COS_PASSAGES = """1 - least(t.embedding <=> $3::vector,
+                           (SELECT min(p.embedding <=> $3::vector) FROM message_passages p
+                            WHERE p.message_id = t.id AND p.user_id = $1))"""
+
+
 def _statement(lexical: str, semantic: str, dim: int = 0) -> str:
     near = {"filters": _FILTERS, "who": _WHO.format(t="m")}
+    passages = semantic in (_SEMANTIC_EXACT_PASSAGES, _SEMANTIC_INDEX_PASSAGES)
     return CANDIDATES.format(
+        cos=_COS_PASSAGES if passages else _COS,
         tsq=or_tsquery("$2"),
         lexical=_LEXICAL[lexical].format(filters=_FILTERS),
         semantic=semantic.format(filters=_FILTERS, dim=dim),
@@ -368,12 +405,14 @@ def _statement(lexical: str, semantic: str, dim: int = 0) -> str:
 
 # Named statements, built once from the fixed fragments above (no values inside).
 EXACT = {name: _statement(name, _SEMANTIC_EXACT) for name in _LEXICAL}
+# ... whose semantic side reads a long turn's passages (``semantic_passages``)
+EXACT_PASSAGES = {name: _statement(name, _SEMANTIC_EXACT_PASSAGES) for name in _LEXICAL}
 
 
-@functools.lru_cache(maxsize=8)
-def index_statement(lexical: str, dim: int) -> str:
+@functools.lru_cache(maxsize=16)
+def index_statement(lexical: str, dim: int, passages: bool = False) -> str:
     """The HNSW variant; the index expression names the deployment's dimension."""
-    return _statement(lexical, _SEMANTIC_INDEX, int(dim))
+    return _statement(lexical, _SEMANTIC_INDEX_PASSAGES if passages else _SEMANTIC_INDEX, int(dim))
 
 
 @dataclass(frozen=True)
@@ -648,9 +687,11 @@ async def _candidates(
         # (or passages) are read
         lexical = "bm25_stats" if lexical == "bm25" else "bm25_stats_passages"
     if vector is None or not big:
-        return list(await conn.fetch(EXACT[lexical], *args))
+        exact = EXACT_PASSAGES if spec.semantic_passages else EXACT
+        return list(await conn.fetch(exact[lexical], *args))
     async with hnsw_walk(conn, ef_search=EF_SEARCH) as c:
-        return list(await c.fetch(index_statement(lexical, len(vector)), *args))
+        statement = index_statement(lexical, len(vector), spec.semantic_passages)
+        return list(await c.fetch(statement, *args))
 
 
 def _hit(r: asyncpg.Record, c: Candidate[int], cosine: float | None, answers: bool) -> MessageHit:
