@@ -86,8 +86,12 @@ SELECT (SELECT count(*) FROM messages WHERE user_id = $1) AS turns,
 """
 
 
-async def build(pool: Any, sources: list[str], n: int) -> dict[str, Any]:
-    """``USER``'s one chat of ``n`` turns copied from ``sources``' embedded turns."""
+async def build(pool: Any, sources: list[str], n: int, *, reuse: bool = False) -> dict[str, Any]:
+    """``USER``'s one chat of ``n`` turns copied from ``sources``' embedded turns
+    (``reuse``: kept as it is if it has them and is in the vector index)."""
+    counts = await pool.fetchrow(COUNTS, USER)
+    if reuse and counts["turns"] == n and await vector_index.is_ready(pool, USER, "message"):
+        return {"sources": sources, "reused": True, **dict(counts)}
     src = await pool.fetchrow(SOURCE, sources)
     if not src["total"] or src["ready"] < src["total"]:
         raise SystemExit(
@@ -120,7 +124,7 @@ async def build(pool: Any, sources: list[str], n: int) -> dict[str, Any]:
     }
 
 
-async def run(path: Path, set_name: str, n: int, queries: int) -> dict[str, Any]:
+async def run(path: Path, set_name: str, n: int, queries: int, reuse: bool) -> dict[str, Any]:
     ds = dataset(set_name)
     convs = ds.load(path)
     sources = [c.user_id for c in convs]
@@ -137,7 +141,7 @@ async def run(path: Path, set_name: str, n: int, queries: int) -> dict[str, Any]
         assert settings.database_url is not None
         pool = await create_pool(settings.database_url.get_secret_value(), max_size=4)
         try:
-            built = await build(pool, sources, n)
+            built = await build(pool, sources, n, reuse=reuse)
             print(f"built {built}", file=sys.stderr)
             _, key = await create_key(pool, user_id=USER)
             base = f"http://127.0.0.1:{settings.query_port}"
@@ -186,10 +190,11 @@ def main() -> None:
     add_dataset_arguments(p)
     p.add_argument("--turns", type=int, default=10_000)
     p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--reuse", action="store_true", help="keep the user if already built")
     p.add_argument("--name", default="long_history", help="bench/results/<name>.json")
     args = p.parse_args()
     path = args.locomo or DEFAULT_PATH
-    result = asyncio.run(run(path, args.dataset, args.turns, args.queries))
+    result = asyncio.run(run(path, args.dataset, args.turns, args.queries, args.reuse))
     for k in ("http_fused", "ranking_fused"):
         r = result[k]
         print(f"{k}: p50 {r['p50_ms']:.1f} / p95 {r['p95_ms']:.1f} / p99 {r['p99_ms']:.1f} ms")

@@ -36,7 +36,7 @@ from tests.cluster.conftest import Replicated
 from tests.query.helpers import FixedEmbedder, auth, resolver_for
 from tests.support import running
 
-PAIRS = 1000
+PAIRS = 400  # bench/replica.py runs 10,000 (docs/scale.md)
 USERS = 10
 
 
@@ -261,3 +261,9 @@ async def test_replica_and_primary_restarts_under_load_lose_no_acknowledged_add(
     print(f"\nrestarts under load: {total} adds acknowledged, 0 lost; outcomes {dict(outcomes)}")
     assert outcomes["read MISS"] == 0, outcomes
     assert total > 0 and outcomes["read ok"] > 0
+    # a restart answers 503 (send it again), never a 500: the app raised nothing
+    answered = ("ok", "MISS", "error")
+    raised = {
+        k: n for k, n in outcomes.items() if k.split()[1] not in answered and not k[-1].isdigit()
+    }
+    assert not raised, outcomes

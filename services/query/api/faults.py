@@ -91,6 +91,9 @@ UNREACHABLE: tuple[type[Exception], ...] = (
     OSError,  # refused, reset, unreachable, TimeoutError
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,  # e.g. the pool is closing, the connection was lost
+    # a connection cut mid-query as the server restarts can surface as a protocol
+    # state error ("another operation is in progress") rather than a connection error
+    asyncpg.exceptions.InternalClientError,
     asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
