@@ -191,6 +191,7 @@ async def test_0110_merges_live_duplicates_and_moves_confidence_to_0_1(infra, tm
             "0110_memory_confirmations",
             "0120_graph_checkpoints",
             "0130_webhooks",
+            "0150_partition_by_user",
         ]
         live = await conn.fetch(
             "SELECT user_id, type, content, confirmations, jsonb_array_length(sources) AS n, "
