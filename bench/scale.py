@@ -13,20 +13,20 @@ machine load (one Redis takes ingest's publishes). Two series:
   10k user alone, then with a 100k user, then with a 1M user); every user present is
   measured at each step, so a user's own size and the table around it are both seen;
 - ``many``: turns over many users grow through ``--totals`` (1M, 5M) at a fixed
-  per-user size: 80% of the turns belong to "regular" users of 2,000 turns (searched
-  exactly, below the HNSW limit of ``vector_index.MIN_ROWS``) and 20% to "heavy"
+  per-user size: 90% of the turns belong to "regular" users of 2,000 turns (searched
+  exactly, below the HNSW limit of ``vector_index.MIN_ROWS``) and 10% to "heavy"
   users of 20,000 turns (searched through the HNSW index). The same two probe users
   (one regular, one heavy, both present from the first total) are measured at every
   total, so only the table around them grows.
 
 Fill (the fast path, not ingest): turns are COPYed with every secondary index of
 ``messages`` dropped, then the indexes are built again (``maintenance_work_mem``
-2 GB, one parallel worker); one episode per 50 turns. Text: 8-24 words from a
-Zipf-Mandelbrot vocabulary of 50,000 words; vectors: 384-d unit vectors around 256
-random centres (noise 0.6), stored ``ready`` and, for a user past the HNSW limit,
-``vector_indexed`` with the user listed in ``vector_index_users`` (the state the
-embedder leaves). Memories are not filled (context's memory side reads an empty
-table).
+2 GB, one parallel worker; the databases build at the same time); one episode per
+50 turns. Text: 8-24 words from a Zipf-Mandelbrot vocabulary of 50,000 words;
+vectors: 384-d unit vectors around 256 random centres (noise 0.6), stored ``ready``
+and, for a user past the HNSW limit, ``vector_indexed`` with the user listed in
+``vector_index_users`` (the state the embedder leaves). Memories are not filled
+(context's memory side reads an empty table).
 
 Measured at every point, each at concurrency 1 after a warm-up:
 - ``search``: ``search_messages`` (what ``POST /v1/messages/search`` runs after
@@ -81,9 +81,10 @@ DIM = 384
 TURNS_PER_EPISODE = 50
 PARTITIONED_FROM = 150  # first migration of the partitioned layout (0150)
 REGULAR, HEAVY = 2_000, 20_000
-HEAVY_SHARE = 0.2
+HEAVY_SHARE = 0.1
 MODEL = "synthetic"
 BATCH = 20_000
+MAINTENANCE_MEM = "2GB"
 
 
 def log(msg: str) -> None:
@@ -192,7 +193,7 @@ async def secondary_indexes(conn: asyncpg.Connection) -> list[tuple[str, str]]:
 async def build_indexes(
     db: Db, conn: asyncpg.Connection, indexes: list[tuple[str, str]]
 ) -> dict[str, float]:
-    await conn.execute("SET maintenance_work_mem = '2GB'")
+    await conn.execute(f"SET maintenance_work_mem = '{MAINTENANCE_MEM}'")
     await conn.execute("SET max_parallel_maintenance_workers = 1")
     builds: dict[str, float] = {}
     for name, ddl in indexes:
@@ -319,7 +320,8 @@ async def fill(dbs: list[Db], data: Data, plan: dict[str, int], synth: Synth) ->
     if messages:
         await flush()
     out: dict[str, Any] = {"turns_added": total}
-    for i, (db, conn) in enumerate(zip(dbs, conns, strict=True)):
+
+    async def finish(i: int, db: Db, conn: asyncpg.Connection) -> None:
         builds = await build_indexes(db, conn, indexes[i])
         log(f"  [{db.layout}] VACUUM ANALYZE ...")
         t = time.perf_counter()
@@ -334,6 +336,11 @@ async def fill(dbs: list[Db], data: Data, plan: dict[str, int], synth: Synth) ->
         }
         log(f"  [{db.layout}] filled: {out[db.layout]}")
         await db.pool.release(conn)
+
+    # the databases build their indexes at the same time (one server each)
+    await asyncio.gather(
+        *(finish(i, db, c) for i, (db, c) in enumerate(zip(dbs, conns, strict=True)))
+    )
     return out
 
 
@@ -488,6 +495,42 @@ async def open_db(layout: str, pg: EmbeddedPostgres, tmp: Path) -> Db:
     return Db(layout, await create_pool(url, min_size=2, max_size=6))
 
 
+COUNTS = "SELECT (SELECT count(*) FROM messages) AS m, (SELECT count(*) FROM episodes) AS e"
+
+
+async def migrate_in_place(db: Db, tmp: Path) -> dict[str, Any]:
+    """Migration 0150 on the single-table database as it stands: the pause an existing
+    deployment of this size takes (every write and read of the three tables waits)."""
+    before = await db.pool.fetchrow(COUNTS)
+    log(f"  [single] applying 0150 to {before['m']:,} turns, {before['e']:,} episodes ...")
+    await db.pool.execute(
+        "DROP INDEX IF EXISTS episodes_user_id_id_idx; "
+        "DROP INDEX IF EXISTS episode_closes_user_id_event_id_idx"
+    )
+    conn = await db.pool.acquire()
+    try:
+        await conn.execute(f"SET maintenance_work_mem = '{MAINTENANCE_MEM}'")
+        t = time.perf_counter()
+        applied = await migrate(conn, embedding_dim=DIM, directory=MIGRATIONS_DIR)
+        took = time.perf_counter() - t
+    finally:
+        await db.pool.release(conn)
+    after = await db.pool.fetchrow(COUNTS)
+    parts = await db.pool.fetchval(
+        "SELECT count(*) FROM pg_partition_tree('messages'::regclass) WHERE isleaf"
+    )
+    out = {
+        "applied": applied,
+        "seconds": round(took, 1),
+        "turns": before["m"],
+        "episodes": before["e"],
+        "rows_kept": before["m"] == after["m"] and before["e"] == after["e"],
+        "messages_partitions": parts,
+    }
+    log(f"  [single] migrated: {out}")
+    return out
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="engram-scale-", dir=args.tmp))
     share_model_cache(tmp)
@@ -562,10 +605,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 log(f"    [{db.layout}] sizes {sz}")
             points.append(point)
             write_result(args.out, _report(args, points))
+        if args.migrate and "single" in args.layouts:
+            single = next(db for db in dbs if db.layout == "single")
+            report = _report(args, points)
+            report["migration_0150"] = await migrate_in_place(single, tmp)
+            write_result(args.out, report)
+            points_report = report
+        else:
+            points_report = _report(args, points)
         await redis.aclose()
         for db in dbs:
             await db.pool.close()
-        return _report(args, points)
+        return points_report
     finally:
         rd.stop()
         for pg in pgs.values():
@@ -597,6 +648,7 @@ def _report(args: argparse.Namespace, points: list[dict[str, Any]]) -> dict[str,
 
 
 def main() -> None:
+    global MAINTENANCE_MEM
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", choices=("one", "many"), default="one")
     parser.add_argument(
@@ -615,9 +667,14 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200, help="searches per point")
     parser.add_argument("--ingest", type=int, default=1_000, help="turns stored per point")
     parser.add_argument("--shared-buffers", default="2GB")
-    parser.add_argument("--tmp", default=None, help="where the database lives")
+    parser.add_argument(
+        "--migrate", action="store_true", help="at the end, time migration 0150 on single"
+    )
+    parser.add_argument("--tmp", default=None, help="where the databases live")
+    parser.add_argument("--maintenance-mem", default=MAINTENANCE_MEM, help="for index builds")
     args = parser.parse_args()
     args.out = args.out or f"scale-{args.series}"
+    MAINTENANCE_MEM = args.maintenance_mem
     random.seed(1)
     asyncio.run(run(args))
 
