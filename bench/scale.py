@@ -50,6 +50,8 @@ import argparse
 import asyncio
 import random
 import shutil
+import signal
+import sys
 import tempfile
 import time
 import uuid
@@ -676,6 +678,8 @@ def main() -> None:
     args.out = args.out or f"scale-{args.series}"
     MAINTENANCE_MEM = args.maintenance_mem
     random.seed(1)
+    # a SIGTERM ends the run through its finally blocks: the servers stop with it
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     asyncio.run(run(args))
 
 

@@ -220,3 +220,145 @@ async def test_0110_merges_live_duplicates_and_moves_confidence_to_0_1(infra, tm
                 "INSERT INTO memory_items (user_id, type, content) "
                 "VALUES ('tim', 'fact', 'LIKES TEA')"
             )
+
+
+async def test_0150_partitions_an_existing_database_by_user_and_keeps_every_row(infra, tmp_path):
+    """A database from before 0150, with rows in every table it touches: after it,
+    messages, memory_items and episodes are 16 hash partitions by user with every index
+    on each partition, no row lost, ids kept (and new ones above them), and every key
+    and foreign key carrying the user: the same event of another user is another turn,
+    a turn cannot point at another user's episode, deletes still cascade or null."""
+    old = tmp_path / "old"
+    shutil.copytree(MIGRATIONS_DIR, old)
+    for later in old.glob("*.sql"):
+        if later.name >= "0150":
+            later.unlink()
+    e_tim, e_ana, event = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    async with fresh_database(infra) as conn:
+        await migrate(conn, embedding_dim=384, directory=old)
+        await conn.execute("INSERT INTO users (id) VALUES ('tim'), ('ana')")
+        await conn.execute(
+            "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
+            "VALUES ($1, 'tim', 'p', 'c', now(), now()), ($2, 'ana', 'p', 'c', now(), now())",
+            e_tim,
+            e_ana,
+        )
+        ids = [
+            await conn.fetchval(
+                "INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, "
+                "content, occurred_at) VALUES ($1, $2, $3, 'p', 'c', 'user', $4, now()) "
+                "RETURNING id",
+                ev,
+                user,
+                ep,
+                text,
+            )
+            for ev, user, ep, text in [
+                (event, "tim", e_tim, "I moved to Lisbon"),
+                (uuid.uuid4(), "tim", e_tim, "the cat is called Miso"),
+                (uuid.uuid4(), "ana", e_ana, "hello"),
+            ]
+        ]
+        first = await conn.fetchval(
+            "INSERT INTO memory_items (user_id, type, content, source_message_id, episode_id) "
+            "VALUES ('tim', 'fact', 'Lives in Lisbon', $1, $2) RETURNING id",
+            ids[0],
+            e_tim,
+        )
+        await conn.execute(
+            "INSERT INTO memory_items (user_id, type, content, superseded_by, superseded_at) "
+            "VALUES ('tim', 'fact', 'Lives in Porto', $1, now())",
+            first,
+        )
+        await conn.execute(
+            "INSERT INTO fact_reviews (user_id, episode_id, content, reason) "
+            "VALUES ('tim', $1, 'maybe', 'low confidence')",
+            e_tim,
+        )
+        await conn.execute("INSERT INTO people (user_id, name) VALUES ('tim', 'Miso')")
+        await conn.execute(
+            "INSERT INTO episode_closes (event_id, user_id, provider, chat_id, closed_at) "
+            "VALUES ($1, 'tim', 'p', 'c', now())",
+            uuid.uuid4(),
+        )
+        stats = await conn.fetch("SELECT * FROM message_text_stats ORDER BY user_id")
+
+        assert await migrate(conn, embedding_dim=384) == ["0150_partition_by_user"]
+
+        for table in ("messages", "memory_items", "episodes"):
+            assert (
+                await conn.fetchval(
+                    "SELECT relkind::text FROM pg_class WHERE oid = $1::regclass", table
+                )
+                == "p"
+            )
+            assert (
+                await conn.fetchval(
+                    "SELECT count(*) FROM pg_partition_tree($1::regclass) WHERE isleaf", table
+                )
+                == 16
+            )
+            # every index of the parent is on every partition (HNSW, GIN, trigram, btree)
+            parent, leaf = await conn.fetchrow(
+                "SELECT (SELECT count(*) FROM pg_index WHERE indrelid = $1::regclass), "
+                "(SELECT count(*) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+                " WHERE x.indrelid = ($1 || '_p07')::regclass AND i.relkind = 'i')",
+                table,
+            )
+            assert parent == leaf > 5
+            assert (
+                await conn.fetchval(
+                    "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                    "WHERE conrelid = $1::regclass AND contype = 'p'",
+                    table,
+                )
+                == "PRIMARY KEY (user_id, id)"
+            )
+        hnsw = await conn.fetchval(
+            "SELECT count(*) FROM pg_indexes WHERE tablename LIKE 'messages_p%' "
+            "AND indexdef LIKE '%USING hnsw%'"
+        )
+        assert hnsw == 16
+        assert [r["id"] for r in await conn.fetch("SELECT id FROM messages ORDER BY id")] == ids
+        assert await conn.fetchval("SELECT count(*) FROM memory_items") == 2
+        assert await conn.fetch("SELECT * FROM message_text_stats ORDER BY user_id") == stats
+
+        # the same platform event: refused again for tim, another turn for ana
+        insert = (
+            "INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, "
+            "content, occurred_at) VALUES ($1, $2, $3, 'p', 'c', 'user', 'again', now()) "
+            "RETURNING id"
+        )
+        with pytest.raises(asyncpg.UniqueViolationError):
+            await conn.fetchval(insert, event, "tim", e_tim)
+        new_id = await conn.fetchval(insert, event, "ana", e_ana)
+        assert new_id > max(ids)
+        assert (
+            await conn.fetchval("SELECT turns FROM message_text_stats WHERE user_id = 'ana'") == 2
+        )
+        # a turn of ana's in tim's episode: the foreign key holds the user
+        with pytest.raises(asyncpg.ForeignKeyViolationError):
+            await conn.fetchval(insert, uuid.uuid4(), "ana", e_tim)
+
+        # ON DELETE SET NULL nulls only the reference, never the user
+        await conn.execute("DELETE FROM messages WHERE id = $1", ids[0])
+        assert (
+            await conn.fetchval("SELECT source_message_id FROM memory_items WHERE id = $1", first)
+            is None
+        )
+        await conn.execute("DELETE FROM memory_items WHERE id = $1", first)
+        assert await conn.fetchval(
+            "SELECT superseded_by IS NULL AND user_id = 'tim' FROM memory_items"
+        )
+        # erasing a user cascades through every partitioned table and what hangs off them
+        await conn.execute("DELETE FROM users WHERE id = 'tim'")
+        for table in (
+            "messages",
+            "memory_items",
+            "episodes",
+            "fact_reviews",
+            "people",
+            "episode_closes",
+        ):
+            assert await conn.fetchval(f"SELECT count(*) FROM {table} WHERE user_id = 'tim'") == 0
+        assert await conn.fetchval("SELECT count(*) FROM messages WHERE user_id = 'ana'") == 2

@@ -91,6 +91,14 @@ SELECT pg_temp.partition_by_user('episodes', 16, 80);
 SELECT pg_temp.partition_by_user('messages', 16, NULL);
 SELECT pg_temp.partition_by_user('memory_items', 16, NULL);
 
+-- Look-ups by id alone (the embedder's owners of a request, ingest's episode owners,
+-- supersession and dedupe by memory id) found their row through the old primary key;
+-- the new one leads with the user, so each partition gets an index on id: such a
+-- look-up probes the 16 partitions' indexes. (On Citus it is a fan-out to every shard.)
+CREATE INDEX episodes_id_idx ON episodes (id);
+CREATE INDEX messages_id_idx ON messages (id);
+CREATE INDEX memory_items_id_idx ON memory_items (id);
+
 -- The same platform event never makes two turns of a user (it was unique across users).
 ALTER TABLE messages ADD CONSTRAINT messages_event_id_key UNIQUE (user_id, event_id);
 
