@@ -7,7 +7,9 @@
 Each layout (``single``: the tables as before migration 0150; ``partitioned``: hash
 partitions by user) gets its own embedded PostgreSQL, filled with the same rows;
 every measurement alternates between them query by query, so both see the same
-machine load (one Redis takes ingest's publishes). Two series:
+machine load (one Redis takes ingest's publishes). Migration 0150 and the code that goes
+with it live on branch ``partitions-0150``; without it only ``--layouts single`` runs.
+Two series:
 
 - ``one``: users of growing size, added one per step (``--sizes`` 10k, 100k, 1M: the
   10k user alone, then with a 100k user, then with a 1M user); every user present is
@@ -82,6 +84,8 @@ from shared.streams import Publisher
 DIM = 384
 TURNS_PER_EPISODE = 50
 PARTITIONED_FROM = 150  # first migration of the partitioned layout (0150)
+# Whether this checkout has it (branch partitions-0150): else only --layouts single runs.
+PARTITIONED = any(MIGRATIONS_DIR.glob("0150_*.sql"))
 REGULAR, HEAVY = 2_000, 20_000
 HEAVY_SHARE = 0.1
 MODEL = "synthetic"
@@ -483,8 +487,8 @@ async def open_db(layout: str, pg: EmbeddedPostgres, tmp: Path) -> Db:
     partitioned = await conn.fetchval(
         "SELECT relkind = 'p' FROM pg_class WHERE oid = 'messages'::regclass"
     )
-    if layout == "single":
-        # ingest's conflict targets name the user since 0150: give the old tables the
+    if layout == "single" and PARTITIONED:
+        # with 0150, ingest's conflict targets name the user: give the old tables the
         # unique keys they name (two small btrees; messages itself is as before)
         await conn.execute(
             "CREATE UNIQUE INDEX ON episodes (user_id, id);"
@@ -607,7 +611,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 log(f"    [{db.layout}] sizes {sz}")
             points.append(point)
             write_result(args.out, _report(args, points))
-        if args.migrate and "single" in args.layouts:
+        if args.migrate and "single" in args.layouts and PARTITIONED:
             single = next(db for db in dbs if db.layout == "single")
             report = _report(args, points)
             report["migration_0150"] = await migrate_in_place(single, tmp)
@@ -656,7 +660,7 @@ def main() -> None:
     parser.add_argument(
         "--layouts",
         type=lambda s: s.split(","),
-        default=["single", "partitioned"],
+        default=["single", "partitioned"] if PARTITIONED else ["single"],
         help="single (migrations before 0150), partitioned (all), or both, side by side",
     )
     parser.add_argument("--out", default=None, help="result name (bench/results/NAME.json)")
