@@ -123,7 +123,8 @@ class Synth:
     def vectors(self, n: int) -> np.ndarray:
         c = self.centres[self.rng.integers(0, len(self.centres), n)]
         v = c + 0.6 * self.rng.standard_normal((n, DIM)).astype(np.float32)
-        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+        out: np.ndarray = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+        return out
 
     def query(self) -> tuple[str, list[float]]:
         return " ".join(self.words(3)), [float(x) for x in self.vectors(1)[0]]
@@ -181,7 +182,7 @@ EPISODE_COLUMNS = [
 ]
 
 
-async def secondary_indexes(conn: asyncpg.Connection) -> list[tuple[str, str]]:
+async def secondary_indexes(conn: Any) -> list[tuple[str, str]]:
     """(name, definition) of the indexes of ``messages`` no constraint owns."""
     rows = await conn.fetch(
         """
@@ -196,9 +197,7 @@ async def secondary_indexes(conn: asyncpg.Connection) -> list[tuple[str, str]]:
     return [(r["name"], r["def"].replace(" ON ONLY ", " ON ", 1)) for r in rows]
 
 
-async def build_indexes(
-    db: Db, conn: asyncpg.Connection, indexes: list[tuple[str, str]]
-) -> dict[str, float]:
+async def build_indexes(db: Db, conn: Any, indexes: list[tuple[str, str]]) -> dict[str, float]:
     await conn.execute(f"SET maintenance_work_mem = '{MAINTENANCE_MEM}'")
     await conn.execute("SET max_parallel_maintenance_workers = 1")
     builds: dict[str, float] = {}
@@ -327,7 +326,7 @@ async def fill(dbs: list[Db], data: Data, plan: dict[str, int], synth: Synth) ->
         await flush()
     out: dict[str, Any] = {"turns_added": total}
 
-    async def finish(i: int, db: Db, conn: asyncpg.Connection) -> None:
+    async def finish(i: int, db: Db, conn: Any) -> None:
         builds = await build_indexes(db, conn, indexes[i])
         log(f"  [{db.layout}] VACUUM ANALYZE ...")
         t = time.perf_counter()
@@ -374,6 +373,7 @@ async def sizes(pool: asyncpg.Pool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for table in ("messages", "episodes", "message_text_stats"):
         r = await pool.fetchrow(SIZES, table)
+        assert r is not None
         out[table] = {
             "heap_mb": round(float(r["heap"]) / 2**20, 1),
             "index_mb": round(float(r["indexes"]) / 2**20, 1),
@@ -508,6 +508,7 @@ async def migrate_in_place(db: Db, tmp: Path) -> dict[str, Any]:
     """Migration 0150 on the single-table database as it stands: the pause an existing
     deployment of this size takes (every write and read of the three tables waits)."""
     before = await db.pool.fetchrow(COUNTS)
+    assert before is not None
     log(f"  [single] applying 0150 to {before['m']:,} turns, {before['e']:,} episodes ...")
     await db.pool.execute(
         "DROP INDEX IF EXISTS episodes_user_id_id_idx; "
@@ -522,6 +523,7 @@ async def migrate_in_place(db: Db, tmp: Path) -> dict[str, Any]:
     finally:
         await db.pool.release(conn)
     after = await db.pool.fetchrow(COUNTS)
+    assert after is not None
     parts = await db.pool.fetchval(
         "SELECT count(*) FROM pg_partition_tree('messages'::regclass) WHERE isleaf"
     )
