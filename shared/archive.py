@@ -58,6 +58,9 @@ NOT_EXPORTED: dict[str, str] = {
     "webhook_subscriptions": "secrets: a deployment's subscriptions are made on it anew",
     "webhook_events": "operational: the outbox of this deployment's deliveries",
     "webhook_deliveries": "operational: the outbox of this deployment's deliveries",
+    "message_passages": "derived: the embedder cuts and embeds a long turn's passages again "
+    "as the import re-embeds its turns",
+    "consolidation_state": "operational: the target's consolidation runs on its own schedule",
 }
 
 EMBEDDING_COLUMNS = frozenset(

@@ -193,8 +193,6 @@ async def test_0110_merges_live_duplicates_and_moves_confidence_to_0_1(infra, tm
             "0110_memory_confirmations",
             "0120_graph_checkpoints",
             "0130_webhooks",
-            "0160_message_passages",
-            "0161_passage_text_stats",
         ]
         assert applied == sorted(applied)
         live = await conn.fetch(

@@ -3454,6 +3454,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -3535,6 +3544,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3705,6 +3723,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -3775,6 +3802,15 @@ export interface operations {
             };
             /** @description No such thing for this user (the same whether or not it exists for another) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3905,6 +3941,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -4025,6 +4070,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4193,6 +4247,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -4274,6 +4337,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4371,6 +4443,15 @@ export interface operations {
             };
             /** @description an id, key or chat in the body names nothing of this user's (the same whether or not it exists for another user) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4523,6 +4604,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -4604,6 +4694,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4699,6 +4798,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -4780,6 +4888,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4877,6 +4994,15 @@ export interface operations {
             };
             /** @description an id, key or chat in the body names nothing of this user's (the same whether or not it exists for another user) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5243,6 +5369,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -5412,6 +5547,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -5491,6 +5635,15 @@ export interface operations {
             };
             /** @description No such thing for this user (the same whether or not it exists for another) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5744,6 +5897,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -5837,6 +5999,15 @@ export interface operations {
             };
             /** @description No such thing for this user (the same whether or not it exists for another) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5943,6 +6114,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -6024,6 +6204,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6119,6 +6308,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -6207,6 +6405,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -6288,6 +6495,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6392,6 +6608,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -6473,6 +6698,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6568,6 +6802,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -6649,6 +6892,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6744,6 +6996,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -6832,6 +7093,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -6913,6 +7183,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7067,6 +7346,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -7153,6 +7441,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a field is missing or invalid; each error names its field, not its value */
             422: {
                 headers: {
@@ -7214,6 +7511,15 @@ export interface operations {
             };
             /** @description No such thing for this user (the same whether or not it exists for another) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7284,6 +7590,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7491,6 +7806,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -7566,6 +7890,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -7629,6 +7962,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7768,6 +8110,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -7840,6 +8191,15 @@ export interface operations {
             };
             /** @description an id, key or chat in the body names nothing of this user's (the same whether or not it exists for another user) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7928,6 +8288,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8181,6 +8550,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -8262,6 +8640,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8414,6 +8801,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -8495,6 +8891,15 @@ export interface operations {
             };
             /** @description the key may not do this: another user's data, or an admin-only call */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8655,6 +9060,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description The user this call acts for was erased (an admin key naming it, or a write racing the erasure); re-enable it first */
             410: {
                 headers: {
@@ -8791,6 +9205,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description the request body is over the limit (ENGRAM_MAX_REQUEST_BYTES, default 1 MB) */
             413: {
                 headers: {
@@ -8861,6 +9284,15 @@ export interface operations {
             };
             /** @description No such thing for this user (the same whether or not it exists for another) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9000,6 +9432,15 @@ export interface operations {
             };
             /** @description No such thing for this user (the same whether or not it exists for another) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The write lost a race with another (a deadlock or serialization failure, e.g. with an erasure); nothing was changed: send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -78,6 +78,8 @@ DOCUMENTED = {
     "401": "No valid API key",
     "403": "The key may not do this",
     "404": "No such thing for this user (the same whether or not it exists for another)",
+    "409": "The write lost a race with another (a deadlock or serialization failure, "
+    "e.g. with an erasure); nothing was changed: send it again",
     "410": "The user this call acts for was erased (an admin key naming it, or a write "
     "racing the erasure); re-enable it first",
     "413": "The request body is too large",
@@ -331,18 +333,20 @@ def install(
         for path, operations in schema.get("paths", {}).items():
             if not path.startswith("/v1/"):
                 continue
-            for op in operations.values():
+            for method, op in operations.items():
                 wanted = {
                     # edges documents 401/403/413/422; these are the ones added here
                     "400": "requestBody" in op,
                     "404": "{" in path,
+                    # a write PostgreSQL rolled back (a deadlock with an erasure, say)
+                    "409": method != "get" and bool(op.get("security")),
                     "410": op.get("operationId") in acting,  # an admin naming an erased user
                     "503": bool(op.get("security")),  # the key is looked up in PostgreSQL
                 }
                 responses = op.setdefault("responses", {})
                 for code, description in DOCUMENTED.items():
-                    if not wanted.get(code):
-                        continue
+                    if not wanted.get(code) or (code == "409" and code in responses):
+                        continue  # a route's own 409 (a conflict it names) keeps its words
                     responses[code] = {
                         "description": description,
                         "content": {"application/json": {"schema": ref}},
