@@ -10,8 +10,8 @@ does not find its add is a miss. Then the same pairs with every read on the prim
 
     python -m bench.replica --pairs 10000
 
-Query embedding is a stub (a hash of the text): the numbers are the database and the
-routing, not the model. Results: bench/results/replica.json.
+The query side embeds with a fixed vector made from a hash of the text (no model):
+the numbers are the database and the routing, not the model. Results: bench/results/replica.json.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from shared.settings import CommonSettings
 
 class _HashEmbedder:
     provider = "local"
-    model = "hash-stub"
+    model = "text-hash-384"
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         out = []
