@@ -57,9 +57,9 @@ class RankSpec:
     # passage's (tried, not kept on any surface: docs/retrieval.md)
     lexical_passages: bool = False
     semantic_passages: bool = False
-    lexical_norm: Literal["minmax", "saturate", "max"] = "minmax"
+    lexical_norm: Literal["minmax", "saturate", "max", "spread"] = "minmax"
     semantic: Literal["inverse_distance", "cosine"] = "inverse_distance"
-    semantic_norm: Literal["minmax", "none", "clamp"] = "minmax"
+    semantic_norm: Literal["minmax", "none", "clamp", "spread"] = "minmax"
     # candidates taken from each signal: at least ``candidates``, and ``per_hit``
     # times the hits asked for; the newest ``recent_per_hit`` times them too
     candidates: int = 50
@@ -103,14 +103,43 @@ class RankSpec:
     burst_length: bool = False
     # how many turns are read on each side of a candidate (at least one per share)
     reach: int = 0
+    # the lift of a turn the chat's user wrote (role ``user``) in a chat that also
+    # holds another role's turns (an assistant's)
+    user_lift: float = 0.0
+    # a turn ending in a question mark with at least this many distinct lexemes is
+    # read as a statement (it keeps its score and hands none to its answer): a
+    # request that carries what it is about (0 = every such turn is a question)
+    question_length: int = 0
+    # turns: the rules for a chat with an assistant (``assistant_chat``), where the
+    # user's own turns carry what they said and the assistant's long answers match
+    # every query a little; it differs from this spec only in how it scores (never
+    # in the candidates it reads), and ``but`` changes both alike
+    assistant: RankSpec | None = None
+
+    def __post_init__(self) -> None:
+        a = self.assistant
+        if a is not None and _reads(a) != _reads(self):
+            raise ValueError(f"{self.name}: its assistant rules must read the same candidates")
 
     def k(self, limit: int) -> int:
         """How many candidates each signal brings for ``limit`` hits."""
         return max(self.candidates, limit * self.per_hit)
 
     def but(self, **changes: Any) -> RankSpec:
-        """This spec with some fields changed (a surface's variant)."""
+        """This spec with some fields changed (a surface's variant); its assistant
+        rules get the same changes."""
+        if self.assistant is not None and "assistant" not in changes:
+            inner = {k: v for k, v in changes.items() if k != "name"}
+            if "name" in changes:
+                inner["name"] = f"{changes['name']}.assistant"
+            changes["assistant"] = self.assistant.but(**inner)
         return replace(self, **changes)
+
+    def for_chat(self, candidates: Sequence[Candidate[Any]]) -> RankSpec:
+        """The rules for the chat the candidates come from (``assistant_chat``)."""
+        if self.assistant is not None and assistant_chat(candidates):
+            return self.assistant
+        return self
 
     @property
     def reads_turns(self) -> bool:
@@ -120,6 +149,21 @@ class RankSpec:
     def turns_read(self) -> int:
         """Turns read on each side of a candidate."""
         return max(self.reach, len(self.neighbours))
+
+
+def _reads(spec: RankSpec) -> tuple[Any, ...]:
+    """The fields that decide which candidate rows a turn search reads."""
+    return (
+        spec.lexical,
+        spec.lexical_passages,
+        spec.semantic_passages,
+        spec.candidates,
+        spec.per_hit,
+        spec.turns_read,
+        spec.w_lex > 0,
+        spec.w_sem > 0,
+        spec.date_lift > 0,
+    )
 
 
 @dataclass
@@ -180,6 +224,16 @@ def _normalise(values: dict[K, float], how: str) -> dict[K, float]:
     if how == "max":
         hi = max(values.values())
         return {k: (v / hi if hi > 0 else 0.0) for k, v in values.items()}
+    if how == "spread":
+        # distribution-based: the mean +- 3 standard deviations of the candidates'
+        # values map to 0..1 (clamped), so one outlier does not squash the rest
+        n = len(values)
+        mean = sum(values.values()) / n
+        sd = (sum((v - mean) ** 2 for v in values.values()) / n) ** 0.5
+        if sd == 0:
+            return dict.fromkeys(values, 1.0)
+        lo = mean - 3 * sd
+        return {k: min(1.0, max(0.0, (v - lo) / (6 * sd))) for k, v in values.items()}
     lo, hi = min(values.values()), max(values.values())
     if hi == lo:
         return dict.fromkeys(values, 1.0)
@@ -300,11 +354,16 @@ def _burst_length(spec: RankSpec, c: Candidate[K]) -> int:
     return out
 
 
+def asks(spec: RankSpec, c: Candidate[K]) -> bool:
+    """Whether ``c`` is a question for the turn rules (``question_length``)."""
+    return c.asks and (not spec.question_length or c.length < spec.question_length)
+
+
 def answer_of(spec: RankSpec, c: Candidate[K]) -> tuple[K, ...]:
     """The turns that answer ``c`` if it asks a question: the one right after it, or
     under bursts the first burst of another speaker after it (its reply), whatever
     the asker wrote in between."""
-    if not c.asks or not c.after:
+    if not asks(spec, c) or not c.after:
         return ()
     if not spec.burst_gap_s:
         return (c.after[0],)
@@ -330,13 +389,17 @@ def _in_conversation(
     best (the turns answering a question gain ``answer_share``); divided by the
     largest score a turn could reach."""
     lifted: dict[K, float] = {}
+    # the user's lift applies where another role speaks too (an assistant's chat)
+    roles = {_role(w) for c in cands for w in (c.speaker, *c.before_speakers, *c.after_speakers)}
+    users = spec.user_lift > 0 and "user" in roles and len(roles - {None}) > 1
     for c in cands:
         base = c.score + (spec.date_lift if c.in_period else 0.0)
         base += spec.speaker_lift if c.named else 0.0
+        base += spec.user_lift if users and _role(c.speaker) == "user" else 0.0
         length = c.length + (_burst_length(spec, c) if spec.burst_length else 0)
         scale = 1.0 - spec.short + spec.short * min(1.0, length / spec.full_length)
         lifted[c.id] = base * scale
-    own = {c.id: (spec.question_keeps if c.asks else 1.0) * lifted[c.id] for c in cands}
+    own = {c.id: (spec.question_keeps if asks(spec, c) else 1.0) * lifted[c.id] for c in cands}
     shares = (spec.burst_share, *spec.neighbours)
     best_near: dict[tuple[K, int], float] = {}
     for c in cands:
@@ -352,6 +415,7 @@ def _in_conversation(
                 part = share * lifted[c.id]
                 best_near[(n, dist)] = max(best_near.get((n, dist), part), part)
     top = 1.0 + (spec.date_lift if periods else 0.0) + spec.speaker_lift + sum(spec.neighbours)
+    top += spec.user_lift if users else 0.0
     if spec.neighbours:
         top += max(spec.answer_share - spec.neighbours[0], 0.0)
     if spec.burst_gap_s:
@@ -367,6 +431,38 @@ def _in_conversation(
         c.score = s / top
         out.append(c)
     return out
+
+
+# An assistant's chat: its ``assistant`` turns run this many times the user's (the
+# medians of their lengths in distinct lexemes, over the candidates and the turns
+# read around them, at least ``ASSISTANT_TURNS`` of each). An assistant answers at
+# length (BEAM: median 150 against the user's 22); two people chatting write alike
+# (LoCoMo: 11 and 12, whichever role the second person is given).
+ASSISTANT_RATIO = 2.0
+ASSISTANT_TURNS = 3
+
+
+def assistant_chat(candidates: Iterable[Candidate[Any]]) -> bool:
+    """Whether the candidates' turns read as a user's chat with an assistant."""
+    lengths: dict[str, dict[Any, int]] = {"user": {}, "assistant": {}}
+    for c in candidates:
+        for k, who, n in (
+            (c.id, c.speaker, c.length),
+            *zip(c.before, c.before_speakers, c.before_lengths, strict=False),
+            *zip(c.after, c.after_speakers, c.after_lengths, strict=False),
+        ):
+            role = _role(who)
+            if role in lengths:
+                lengths[role][k] = n
+    user, assistant = (sorted(lengths[r].values()) for r in ("user", "assistant"))
+    if len(user) < ASSISTANT_TURNS or len(assistant) < ASSISTANT_TURNS:
+        return False
+    return assistant[len(assistant) // 2] >= ASSISTANT_RATIO * max(user[len(user) // 2], 1)
+
+
+def _role(who: str | None) -> str | None:
+    """The role of a turn's ``who`` (``role:display name``)."""
+    return None if who is None else who.split(":", 1)[0]
 
 
 def ranked(

@@ -90,6 +90,24 @@ FUSED = RankSpec(
     burst_gap_s=300.0,
     reach=12,
 )
+# ... and in a user's chat with an assistant (``fusion.assistant_chat``: the
+# assistant's turns run 3x the user's), what the user said is lifted (0.5), meaning
+# weighs more than words (0.6 / 0.4: an assistant's long answers hold most query
+# words somewhere), a question of 15+ distinct lexemes is a request that states
+# what it is about, not a cue for its answer, and neighbours share less
+# (0.3, 0.2, 0.1). BEAM R@10 tune / check 0.502 / 0.450 -> 0.621 / 0.617 (semantic
+# alone 0.574 / 0.596); inert on LoCoMo, whose two people write alike
+# (docs/retrieval.md, "Issue 27: a chat with an assistant")
+FUSED = FUSED.but(
+    assistant=FUSED.but(
+        name="messages.fused.assistant",
+        w_sem=0.6,
+        w_lex=0.4,
+        user_lift=0.5,
+        question_length=15,
+        neighbours=(0.3, 0.2, 0.1),
+    )
+)
 
 # an episode is also found through its own turns: the messages' default ranking, with
 # Ash's 0.3 floor on its semantic side (a turn is found by meaning only at cosine >= 0.3)

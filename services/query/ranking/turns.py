@@ -666,6 +666,7 @@ def score_rows(
                 after_lengths=tuple(r["after_lens"] or ()),
             )
         )
+    spec = spec.for_chat(cands)
     scored = fuse(spec, cands, periods=periods)
     answers = {n for c in scored if c.found for n in answer_of(spec, c)}
     if found_only:
