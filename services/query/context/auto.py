@@ -38,7 +38,7 @@ from services.query.context.standing import (
     standing_memories,
 )
 from services.query.embeddings.query import QueryVector
-from services.query.people.recall import subject_people
+from services.query.people.subjects import subject_people
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
 from services.query.ranking.search_text import lists_newest
 from services.query.ranking.specs import CONTEXT_TURNS
