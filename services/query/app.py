@@ -26,6 +26,7 @@ from services.query.memory.supersede import register as register_supersession
 from services.query.rpc import search as rpc
 from services.query.settings import QuerySettings
 from services.query.tools.memory import GUIDANCE
+from services.query.tools.toolbox import TOOLBOX
 from services.query.webhooks.sender import Sender
 from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
@@ -75,6 +76,7 @@ def create_app(
     app.state.runtime = rt
     app.state.query = state
     app.state.hint_cache = HintCache(GUIDANCE)
+    app.state.tools = TOOLBOX
     KeyCache(settings.key_cache_ttl_s).install(app, rt)
     app.state.reads = reads
     add_ops_routes(app, rt)
@@ -87,7 +89,7 @@ def create_app(
     if rt.tracing.enabled:
         # a SERVER span per request, current while the app runs (what it publishes continues it)
         app.add_middleware(TraceRequests, tracing=rt.tracing, route_of=route_label)
-    mount_mcp(app, rt, max_body_bytes=settings.max_request_bytes)
+    mount_mcp(app, rt, tools=TOOLBOX, max_body_bytes=settings.max_request_bytes)
     edges.install(
         app,
         max_request_bytes=settings.max_request_bytes,

@@ -2,12 +2,13 @@
 
 Every request is authenticated like the API's (:mod:`services.query.api.auth`): a
 Bearer user key acts for its user; an admin key must name the user with
-``X-Engram-User``. The tools run in process through the toolbox, the dispatch
-``POST /v1/tools/call`` uses. The server is stateless (no MCP session to hijack:
-each POST carries its own key) and answers with JSON. Having no session, it has no
-stream to offer either: ``GET /mcp`` (and ``DELETE``) answer 405, as the transport
-allows, instead of opening a stream that never sends. A tool's bad arguments (a NUL,
-a lone surrogate) come back as an ``isError`` result, as over stdio: the toolbox
+``X-Engram-User``. The tools run in process through the app's tool table
+(``app.state.tools``), the dispatch ``POST /v1/tools/call`` uses. The server is
+stateless (no MCP session to hijack: each POST carries its own key) and answers
+with JSON. Having no session, it has no stream to offer either: ``GET /mcp`` (and
+``DELETE``) answer 405, as the transport allows, instead of opening a stream that
+never sends. A tool's bad arguments (a NUL,
+a lone surrogate) come back as an ``isError`` result, as over stdio: the tool table
 checks them, the request body is not refused before MCP reads it.
 """
 
@@ -28,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 from services.query.api.auth import acting_user, principal
 from services.query.api.routes.tool_calls import tool_context
 from services.query.mcp.server import ToolFailed, build_server
-from services.query.tools import toolbox
+from services.query.tools.registry import Toolbox, ToolError
 from shared.runtime import Runtime
 
 PATH = "/mcp"
@@ -36,10 +37,13 @@ _USER = "engram_user"
 
 
 class ToolboxBackend:
-    """The toolbox, for the user the request's key acts for."""
+    """The tool table, for the user the request's key acts for."""
+
+    def __init__(self, tools: Toolbox) -> None:
+        self.toolbox = tools
 
     async def tools(self, ctx: ServerRequestContext[Any]) -> list[dict[str, Any]]:
-        return list(toolbox.TOOLS)
+        return list(self.toolbox.tools)
 
     async def call(
         self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any]
@@ -49,8 +53,8 @@ class ToolboxBackend:
             raise RuntimeError("MCP call without an authenticated HTTP request")
         tctx = await tool_context(request, request.scope["state"][_USER])
         try:
-            return await toolbox.call_tool(tctx, name, arguments)
-        except toolbox.ToolError as exc:
+            return await self.toolbox.call(tctx, name, arguments)
+        except ToolError as exc:
             raise ToolFailed(str(exc)) from exc
 
 
@@ -120,10 +124,11 @@ class _ManagerTask:
             await self._task
 
 
-def mount(app: FastAPI, rt: Runtime, *, max_body_bytes: int) -> None:
-    """Serve MCP at ``/mcp``; the session manager runs while the service runs."""
+def mount(app: FastAPI, rt: Runtime, *, tools: Toolbox, max_body_bytes: int) -> None:
+    """Serve ``tools`` over MCP at ``/mcp``; the session manager runs while the service
+    runs."""
     manager = StreamableHTTPSessionManager(
-        app=build_server(ToolboxBackend(), version=app.version),
+        app=build_server(ToolboxBackend(tools), version=app.version),
         json_response=True,
         stateless=True,
         # the API key, not the Host header, is what admits a caller; the service may
