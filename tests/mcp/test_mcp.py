@@ -21,9 +21,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from services.query.app import TOOLBOX
 from services.query.tools.memory import MEMORY
 from services.query.tools.specs import neutral
-from services.query.tools.toolbox import TOOLBOX
 from shared.apikeys import create_key
 from tests.live import LiveQuery
 from tests.support import ROOT

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
+from services.query.app import TOOLBOX
 from services.query.tools.registry import ToolContext, ToolError
-from services.query.tools.toolbox import TOOLBOX
 from shared.memory.writer import Chat
 from tests.people.conftest import make_app
 from tests.support import running

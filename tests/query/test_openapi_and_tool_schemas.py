@@ -6,12 +6,11 @@ import re
 
 import pytest
 
-from services.query.app import create_app
+from services.query.app import TOOLBOX, create_app
 from services.query.memory.requests import CONFIDENCE_BY_SOURCE
 from services.query.settings import QuerySettings
 from services.query.tools.memory import FACTS, GUIDANCE, MEMORY
 from services.query.tools.specs import signature
-from services.query.tools.toolbox import TOOLBOX
 from tests.query.helpers import auth
 from tests.support import running
 

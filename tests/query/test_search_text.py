@@ -15,10 +15,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from services.query.app import create_app
+from services.query.app import TOOLBOX, create_app
 from services.query.ranking.search_text import MAX_SEARCH_CHARS
 from services.query.settings import QuerySettings
-from services.query.tools.toolbox import TOOLBOX
 from shared.memory.writer import NewItem, insert_items
 from tests.embedder.conftest import add_messages
 from tests.live import LiveQuery, live_query

@@ -1,7 +1,7 @@
 """engram's memory tools over MCP (the official ``mcp`` SDK).
 
 One tool list and one dispatch: the tools are the app's tool table
-(:data:`services.query.tools.toolbox.TOOLBOX`, the one ``GET /v1/tools`` lists) and
+(:data:`services.query.app.TOOLBOX`, the one ``GET /v1/tools`` lists) and
 a call runs what ``POST /v1/tools/call`` runs. Two transports:
 
 - streamable HTTP at ``/mcp`` on the query service (:mod:`.http`), scoped by the

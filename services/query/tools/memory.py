@@ -1,8 +1,8 @@
 """The ``memory`` (Nova) and ``memory_facts`` (Navi) tools: each operation, its request
 model and its handler.
 
-The tool schemas (``services.query.tools.toolbox``) and the context's tool guidance
-(``services.query.context.theme_hints``) are both built from these specs.
+The tool schemas (``services.query.tools.registry.Toolbox``) and the context's tool
+guidance (``services.query.context.theme_hints``) are both built from these specs.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ through :func:`run`: the arguments are parsed (OpenAI sends a JSON string),
 checked by the one validator :func:`validate` against the model of the tool or
 operation, and handed to its handler as that model. A :class:`Toolbox` is a
 table of them with its listing (OpenAI and Anthropic formats) and its dispatch.
-The table itself (which tools exist) is ``services.query.tools.toolbox.TOOLBOX``;
+The table itself (which tools exist) is ``services.query.app.TOOLBOX``;
 ``create_app`` puts it on ``app.state.tools``, where the HTTP tool call, MCP and
 the tool listing read it (none of them imports the tool modules).
 """

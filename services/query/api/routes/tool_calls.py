@@ -1,7 +1,7 @@
 """Tools for LLMs: the memory tools' schemas, and one endpoint that runs a tool call.
 
 Both read the tool table ``create_app`` put on ``app.state.tools``
-(``services.query.tools.toolbox.TOOLBOX``), as the MCP server does.
+(``services.query.app.TOOLBOX``), as the MCP server does.
 """
 
 from __future__ import annotations
