@@ -14,6 +14,8 @@ from shared.runtime import Runtime
 
 
 def install(app: FastAPI, rt: Runtime) -> None:
+    """``engram_http_request_seconds`` in the runtime's registry, observed by
+    :class:`RequestLatency` around the app."""
     latency = Histogram(
         "engram_http_request_seconds",
         "API request latency by route and status class",
