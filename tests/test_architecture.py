@@ -71,3 +71,15 @@ def test_every_path_the_page_names_exists():
 def test_the_query_service_top_level_holds_only_the_composition():
     top = sorted(p.name for p in (ROOT / "services" / "query").glob("*.py"))
     assert top == ["__init__.py", "__main__.py", "app.py", "settings.py"]
+
+
+def test_the_query_service_stays_within_its_measured_levels():
+    """The import graph docs/architecture.md measures ("The structure, measured"): at
+    most 8 module levels (the ranking's four, the use cases, the adapters, ``app``,
+    ``__main__``). A deeper chain is a use case or an adapter reaching up; the
+    page says what cut the last ones."""
+    from engram_cli.structure import measure
+
+    s = measure("services.query")
+    deepest = sorted(m for m, level in s.modules.items() if level == s.levels)
+    assert s.levels <= 8, f"{s.levels} levels; deepest: {deepest}"

@@ -1,22 +1,47 @@
-"""Composition root of the query service: the agent API, tools, context, browser."""
+"""Composition root of the query service: the agent API, tools, context, browser.
+
+What the service serves is listed here, each part imported by name (no string
+paths): :data:`ROUTERS`, the API's routers (a new route module is one more line);
+:data:`BROWSER`, the memory browser's pages under ``/ui``; :data:`TOOLBOX`, the
+tool table (a new tool is one more row) that ``GET /v1/tools``,
+``POST /v1/tools/call`` and MCP read from ``app.state.tools``.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
-from prometheus_client import Histogram
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.query import ui
-from services.query.api import edges, faults, replica
+from services.query.api import edges, faults, metrics, replica
 from services.query.api.auth import KeyCache
-from services.query.api.routes import routers
-from services.query.api.routes.archive import IMPORT_PATH
+from services.query.api.routes import (
+    admin,
+    archive,
+    assets,
+    chat_turns,
+    checkpoints,
+    context,
+    decisions,
+    embeddings,
+    episodes,
+    facts,
+    graph_checkpoints,
+    graph_store,
+    index,
+    jarvus,
+    me,
+    memory,
+    messages,
+    people,
+    tool_calls,
+    users,
+    webhooks,
+)
 from services.query.context.theme_hints import HintCache
 from services.query.embeddings.query import Resolver, default_resolver, user_query_vector
 from services.query.mcp.http import mount as mount_mcp
@@ -25,7 +50,12 @@ from services.query.memory.state import QueryState
 from services.query.memory.supersede import register as register_supersession
 from services.query.rpc import search as rpc
 from services.query.settings import QuerySettings
-from services.query.tools.memory import GUIDANCE
+from services.query.tools.context import CONTEXT_TOOL, EPISODE_RECALL_TOOL
+from services.query.tools.memory import FACTS_TOOL, GUIDANCE, MEMORY_TOOL
+from services.query.tools.people import RECALL_TOOL, REMEMBER_TOOL
+from services.query.tools.registry import Toolbox
+from services.query.ui import pages, session, settings_page
+from services.query.ui.web import static_file
 from services.query.webhooks.sender import Sender
 from shared.embeddings import close_default_registry
 from shared.errors import EngramError, InfrastructureError, InvalidRequest, NotFound
@@ -34,6 +64,54 @@ from shared.runtime import Runtime, add_ops_routes
 from shared.tracing import TraceRequests, Tracing
 
 log = logging.getLogger(__name__)
+
+ROUTERS: tuple[APIRouter, ...] = (
+    index.router,
+    assets.router,
+    me.router,
+    memory.router,
+    messages.router,
+    facts.router,
+    jarvus.router,
+    checkpoints.router,
+    graph_checkpoints.router,
+    graph_store.router,
+    chat_turns.router,
+    tool_calls.router,
+    users.router,
+    admin.router,
+    embeddings.router,
+    decisions.router,
+    episodes.router,
+    people.router,
+    context.router,
+    archive.router,
+    webhooks.router,
+)
+"""The API's routers (``services/query/api/routes/``), mounted in this order."""
+
+BROWSER = APIRouter(prefix="/ui", include_in_schema=False)
+"""The memory browser (``services/query/ui/``, docs/browser.md), mounted after the API."""
+BROWSER.add_api_route("/static/{name}", static_file, methods=["GET"])
+BROWSER.include_router(session.router)
+BROWSER.include_router(pages.router)
+BROWSER.include_router(settings_page.router)
+
+TOOLBOX = Toolbox(
+    [
+        MEMORY_TOOL,
+        FACTS_TOOL,
+        REMEMBER_TOOL,
+        RECALL_TOOL,
+        CONTEXT_TOOL,
+        EPISODE_RECALL_TOOL,
+    ]
+)
+"""The tool table: ``memory`` (Nova 3.2: search, add, get, archive, list_themes),
+``memory_facts`` (Navi: save, search, forget, list), ``remember`` and ``recall``
+(Ash), ``context`` and ``episode_recall``; each row is a
+:class:`~services.query.tools.registry.Tool` (spec, request models, handlers) from
+the module of its behaviour under ``services/query/tools/``."""
 
 
 def create_app(
@@ -75,23 +153,30 @@ def create_app(
     app.state.runtime = rt
     app.state.query = state
     app.state.hint_cache = HintCache(GUIDANCE)
+    app.state.tools = TOOLBOX
     KeyCache(settings.key_cache_ttl_s).install(app, rt)
     app.state.reads = reads
     add_ops_routes(app, rt)
-    for router in (*routers(), ui.router):
+    for router in (*ROUTERS, BROWSER):
         app.include_router(router)
     _install_error_handlers(app)
     app.add_middleware(replica.ReplicaFallback, routing=reads)
-    faults.install(app, registry=rt.metrics.registry, route_label=route_label)
-    _install_metrics(app, rt)
+    faults.install(app, registry=rt.metrics.registry, route_label=metrics.route_label)
+    metrics.install(app, rt)
     if rt.tracing.enabled:
         # a SERVER span per request, current while the app runs (what it publishes continues it)
-        app.add_middleware(TraceRequests, tracing=rt.tracing, route_of=route_label)
-    mount_mcp(app, rt, max_body_bytes=settings.max_request_bytes)
+        app.add_middleware(TraceRequests, tracing=rt.tracing, route_of=metrics.route_label)
+    mount_mcp(
+        app,
+        rt,
+        tools=TOOLBOX,
+        context=tool_calls.tool_context,
+        max_body_bytes=settings.max_request_bytes,
+    )
     edges.install(
         app,
         max_request_bytes=settings.max_request_bytes,
-        per_path={IMPORT_PATH: (settings.max_import_bytes, "ENGRAM_MAX_IMPORT_BYTES")},
+        per_path={archive.IMPORT_PATH: (settings.max_import_bytes, "ENGRAM_MAX_IMPORT_BYTES")},
     )
     return app
 
@@ -164,69 +249,3 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(EngramError)
     async def other(request: Request, exc: EngramError) -> JSONResponse:
         return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status_code=400)
-
-
-def _install_metrics(app: FastAPI, rt: Runtime) -> None:
-    latency = Histogram(
-        "engram_http_request_seconds",
-        "API request latency by route and status class",
-        ["method", "route", "status"],
-        registry=rt.metrics.registry,
-        buckets=(0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.04, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
-    )
-    app.state.http_latency = latency
-    app.add_middleware(RequestLatency, latency=latency)
-
-
-class RequestLatency:
-    """ASGI middleware: each HTTP request's time into ``latency`` by method, route and
-    status class. A plain ASGI wrapper rather than ``@app.middleware("http")``, whose
-    ``BaseHTTPMiddleware`` runs every request in a task group of its own with memory
-    streams between it and the app (~0.5 ms of CPU a search in process at load 10-12,
-    less on a quiet machine). A request whose app raises is observed as a 5xx (the
-    error handler outside answers it 500, ``faults.install``)."""
-
-    def __init__(self, app: ASGIApp, *, latency: Histogram) -> None:
-        self.app = app
-        self.latency = latency
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        except Exception:
-            status = 500  # answered by the error handler outside (faults.install)
-            raise
-        finally:
-            self.latency.labels(scope["method"], route_label(scope), f"{status // 100}xx").observe(
-                time.perf_counter() - started
-            )
-
-
-def route_label(scope: Mapping[str, object]) -> str:
-    """The matched route's template with the prefix of the routers it was included under
-    (``/ui/memories/{item_id}``): FastAPI puts the inner route in the scope, whose path
-    lacks a prefix given to ``include_router``; prefixes are literal segments, so they are
-    the request path's segments in front of the template's."""
-    route = scope.get("route")
-    template = getattr(route, "path", None)
-    if not isinstance(template, str):
-        return "unmatched"
-    path = str(scope.get("path", ""))
-    if ":path}" in template or not path.startswith("/"):
-        return template
-    segments = path.split("/")
-    keep = len(segments) - template.count("/")
-    prefix = "/".join(segments[:keep]) if keep > 1 else ""
-    return prefix + template

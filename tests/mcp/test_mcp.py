@@ -21,14 +21,14 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from services.query.tools import toolbox
+from services.query.app import TOOLBOX
 from services.query.tools.memory import MEMORY
 from services.query.tools.specs import neutral
 from shared.apikeys import create_key
 from tests.live import LiveQuery
 from tests.support import ROOT
 
-TOOL_NAMES = [t["name"] for t in toolbox.TOOLS]
+TOOL_NAMES = [t["name"] for t in TOOLBOX.tools]
 
 
 async def key_for(pool: asyncpg.Pool, user_id: str | None) -> str:

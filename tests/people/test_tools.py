@@ -4,14 +4,16 @@ import dataclasses
 
 import pytest
 
-from services.query.tools.toolbox import TOOLS, ToolContext, ToolError, call_tool
+from services.query.app import TOOLBOX
+from services.query.tools.registry import ToolContext, ToolError
 from shared.memory.writer import Chat
 from tests.people.conftest import make_app
 from tests.support import running
 
 
 def test_schemas_are_the_seeds():
-    remember, recall = (next(t for t in TOOLS if t["name"] == n) for n in ("remember", "recall"))
+    by_name = {t["name"]: t for t in TOOLBOX.tools}
+    remember, recall = by_name["remember"], by_name["recall"]
     assert remember["name"] == "remember" and recall["name"] == "recall"
     props = remember["parameters"]["properties"]
     assert set(props) == {"content", "facts", "subjects", "expires_in_days", "shared"}
@@ -35,7 +37,7 @@ async def test_tool_calls_play_the_wife_scenario(make_settings, pool, user_id, l
         )
         in_chat = dataclasses.replace(ctx, chat=Chat("slack", "C1"))
         await pool.execute("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING", user_id)
-        await call_tool(
+        await TOOLBOX.call(
             ctx,
             "remember",
             {
@@ -45,32 +47,32 @@ async def test_tool_calls_play_the_wife_scenario(make_settings, pool, user_id, l
                 ]
             },
         )
-        out = await call_tool(
+        out = await TOOLBOX.call(
             ctx, "recall", {"query": "what does my wife like?", "about": "my wife"}
         )
         assert out["results"][0]["content"] == "She likes Italian food"
         assert out["results"][0]["subjects"][0]["name"] == "Sarah"
 
         with pytest.raises(ToolError, match="chats you are in"):  # not a member (yet)
-            await call_tool(in_chat, "remember", {"content": "x", "shared": True})
+            await TOOLBOX.call(in_chat, "remember", {"content": "x", "shared": True})
         await pool.execute(
             "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
             "VALUES (gen_random_uuid(), $1, 'slack', 'C1', now(), now())",
             user_id,
         )
-        shared = await call_tool(
+        shared = await TOOLBOX.call(
             in_chat, "remember", {"content": "Deploys freeze on Fridays", "shared": True}
         )
         assert shared["memories"][0]["scope"] == "chat"
 
         with pytest.raises(ToolError, match="unknown argument"):
-            await call_tool(ctx, "recall", {"query": "x", "limit": 3})
+            await TOOLBOX.call(ctx, "recall", {"query": "x", "limit": 3})
         with pytest.raises(ToolError, match="shared fact needs the chat"):
-            await call_tool(ctx, "remember", {"content": "x", "shared": True})
+            await TOOLBOX.call(ctx, "remember", {"content": "x", "shared": True})
         with pytest.raises(ToolError, match="invalid arguments for recall"):
-            await call_tool(ctx, "recall", {"about": "Sarah"})
+            await TOOLBOX.call(ctx, "recall", {"about": "Sarah"})
         with pytest.raises(ToolError, match="unknown tool"):
-            await call_tool(ctx, "forget_everything", {})
+            await TOOLBOX.call(ctx, "forget_everything", {})
 
 
 @pytest.mark.slow

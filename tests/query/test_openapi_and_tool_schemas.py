@@ -6,11 +6,10 @@ import re
 
 import pytest
 
-from services.query.app import create_app
+from services.query.app import TOOLBOX, create_app
 from services.query.memory.requests import CONFIDENCE_BY_SOURCE
 from services.query.settings import QuerySettings
-from services.query.tools import toolbox
-from services.query.tools.memory import GUIDANCE
+from services.query.tools.memory import FACTS, GUIDANCE, MEMORY
 from services.query.tools.specs import signature
 from tests.query.helpers import auth
 from tests.support import running
@@ -45,13 +44,13 @@ async def test_every_operation_has_a_2xx_response_schema(make_settings):
 
 
 def test_tool_parameters_are_the_models_fields():
-    tools = {t["function"]["name"]: t for t in toolbox.tool_schemas("openai")["openai"]}
-    for spec in (toolbox.MEMORY, toolbox.FACTS):
+    tools = {t["function"]["name"]: t for t in TOOLBOX.schemas("openai")["openai"]}
+    for spec in (MEMORY, FACTS):
         params = tools[spec.name]["function"]["parameters"]
         for op in spec.operations:
             assert set(op.model.model_fields) <= set(params["properties"]), op.name
         assert params["properties"][spec.selector]["enum"] == [o.name for o in spec.operations]
-    anthropic = {t["name"]: t for t in toolbox.tool_schemas("anthropic")["anthropic"]}
+    anthropic = {t["name"]: t for t in TOOLBOX.schemas("anthropic")["anthropic"]}
     assert anthropic["memory"]["input_schema"] == tools["memory"]["function"]["parameters"]
 
 
@@ -60,15 +59,13 @@ def test_the_context_guidance_names_real_arguments():
     assert "memory.get(item_id)" in GUIDANCE.instructions
     assert GUIDANCE.list_themes == "memory.list_themes()"
     with pytest.raises(KeyError):
-        signature(toolbox.MEMORY, "get", ["id"])
+        signature(MEMORY, "get", ["id"])
 
 
 async def test_the_confidence_the_tool_text_promises_is_the_one_stored(
     make_settings, pool, user_id
 ):
-    facts = {t["function"]["name"]: t for t in toolbox.tool_schemas("openai")["openai"]}[
-        "memory_facts"
-    ]
+    facts = {t["function"]["name"]: t for t in TOOLBOX.schemas("openai")["openai"]}["memory_facts"]
     text = facts["function"]["description"]
     promised = float(re.search(r"user_explicit ([\d.]+)", text).group(1))
     assert promised == CONFIDENCE_BY_SOURCE["user_explicit"]

@@ -15,10 +15,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from services.query.app import create_app
+from services.query.app import TOOLBOX, create_app
 from services.query.ranking.search_text import MAX_SEARCH_CHARS
 from services.query.settings import QuerySettings
-from services.query.tools import toolbox
 from shared.memory.writer import NewItem, insert_items
 from tests.embedder.conftest import add_messages
 from tests.live import LiveQuery, live_query
@@ -167,7 +166,7 @@ async def test_a_blank_search_lists_the_newest_and_a_huge_one_is_a_422_naming_th
 
 def test_every_search_field_of_the_tools_is_covered() -> None:
     found = set()
-    for tool in toolbox.tool_schemas("openai")["openai"]:
+    for tool in TOOLBOX.schemas("openai")["openai"]:
         fn = tool["function"]
         for field in fn["parameters"]["properties"]:
             if field in ("query", "message"):

@@ -1410,7 +1410,7 @@ export interface components {
              */
             message?: string;
             /** @description the chat the message is in */
-            chat?: components["schemas"]["services__query__people__calls__ChatIn"] | null;
+            chat?: components["schemas"]["services__query__people__models__ChatIn"] | null;
             /**
              * Policy
              * @description auto (Ash: relevant messages, memories, known people), tools (Nova: tool instructions and theme hints, no memory content), summary (Navi: the narrative summary), sections (Jarvus: facts, recent episodes, procedures)
@@ -2456,7 +2456,7 @@ export interface components {
              * Facts
              * @description Batch multiple facts in one call (preferred)
              */
-            facts?: components["schemas"]["services__query__people__calls__FactIn"][] | null;
+            facts?: components["schemas"]["services__query__people__models__FactIn"][] | null;
             /**
              * Subjects
              * @description Who this fact is about (e.g., ['Sarah'], ['my wife', 'John'])
@@ -2484,7 +2484,7 @@ export interface components {
              */
             theme?: string;
             /** @description the chat this call happens in */
-            chat?: components["schemas"]["services__query__people__calls__ChatIn"] | null;
+            chat?: components["schemas"]["services__query__people__models__ChatIn"] | null;
         };
         /** RememberedItemOut */
         RememberedItemOut: {
@@ -3202,14 +3202,14 @@ export interface components {
             source_context?: string | null;
         };
         /** ChatIn */
-        services__query__people__calls__ChatIn: {
+        services__query__people__models__ChatIn: {
             /** Provider */
             provider: string;
             /** Chat Id */
             chat_id: string;
         };
         /** FactIn */
-        services__query__people__calls__FactIn: {
+        services__query__people__models__FactIn: {
             /** Content */
             content: string;
             /**
@@ -3230,7 +3230,7 @@ export interface components {
             theme?: string | null;
         };
         /** RecallIn */
-        services__query__people__calls__RecallIn: {
+        services__query__people__models__RecallIn: {
             /**
              * Query
              * @description what to search for; empty, blank or '*' = the newest first
@@ -3241,7 +3241,7 @@ export interface components {
              * @description Filter to person (e.g., 'my wife', 'Sarah')
              */
             about?: string | null;
-            chat?: components["schemas"]["services__query__people__calls__ChatIn"] | null;
+            chat?: components["schemas"]["services__query__people__models__ChatIn"] | null;
             /**
              * Limit
              * @default 5
@@ -8607,7 +8607,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["services__query__people__calls__RecallIn"];
+                "application/json": components["schemas"]["services__query__people__models__RecallIn"];
             };
         };
         responses: {

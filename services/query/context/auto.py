@@ -33,12 +33,14 @@ from services.query.context.budget import Block, fit_by_priority, tokens
 from services.query.context.command import ContextQuery
 from services.query.context.models import ContextOut
 from services.query.context.standing import (
+    STANDING_READ,
+    STANDING_TYPES,
     standing_block,
     standing_cap,
-    standing_memories,
+    standing_of,
 )
 from services.query.embeddings.query import QueryVector
-from services.query.people.recall import subject_people
+from services.query.people.subjects import subject_people
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
 from services.query.ranking.search_text import lists_newest
 from services.query.ranking.specs import CONTEXT_TURNS
@@ -326,8 +328,19 @@ async def assemble_auto(
     ]:
         async with pool.acquire() as conn:
             member = await is_member(conn, user_id, chat) if chat else False
-            standing = await standing_memories(
-                conn, user_id, query.message, qv, chat=chat, member=member, as_of=query.as_of
+            standing = standing_of(  # the standing ones, by Ash's recall ranking
+                await search_memories(
+                    conn,
+                    user_id,
+                    query=query.message,
+                    vector=qv.vector,
+                    model=qv.model,
+                    chat=chat,
+                    member=member,
+                    types=STANDING_TYPES,
+                    limit=STANDING_READ,
+                    as_of=query.as_of,
+                )
             )
             memories = await search_memories(
                 conn,

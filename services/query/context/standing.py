@@ -14,29 +14,52 @@ question, within a small share of the budget:
   held then;
 - their order: relevance to the question among them (Ash's recall ranking,
   ``ASH_RECALL``: 0.7 x cosine + 0.3 x text rank, newer first at equal score),
-  at most :data:`MAX_STANDING`;
+  at most :data:`MAX_STANDING`: the auto context reads :data:`STANDING_READ` of
+  the user's :data:`STANDING_TYPES` with that ranking and keeps what
+  :func:`standing_of` keeps;
 - the budget: at most 1 / :data:`STANDING_SHARE` of it (the first line always
   fits), spent right after the known people and before the turn hits
   (docs/context.md).
+
+The rules here take any hit that says its type, its data and when it was said
+(:class:`Said`: a recall hit, ``services.query.ranking.recall.MemoryHit``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any, Protocol, TypeVar
 
 from services.query.context.budget import Block, tokens
-from services.query.embeddings.query import QueryVector
-from services.query.ranking.recall import MemoryHit, search_memories
-from shared.db import Executor
-from shared.memory.writer import Chat
 
 STANDING_TYPES = ["instruction", "preference"]
 MAX_STANDING = 8
 STANDING_SHARE = 8  # standing lines take at most 1 / STANDING_SHARE of the budget
 READ = 4  # read this many times MAX_STANDING, so the fact extractor's likings cannot crowd
+STANDING_READ = MAX_STANDING * READ
 
 
-def is_standing(hit: MemoryHit) -> bool:
+class Said(Protocol):
+    """A memory hit as the standing rules read it."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def data(self) -> Mapping[str, Any]: ...
+
+    @property
+    def valid_from(self) -> datetime | None: ...
+
+    @property
+    def created_at(self) -> datetime: ...
+
+
+H = TypeVar("H", bound=Said)
+
+
+def is_standing(hit: Said) -> bool:
     """An instruction, or a preference that holds for every answer (not a liking the
     fact extractor read from the chat)."""
     if hit.type == "instruction":
@@ -44,40 +67,19 @@ def is_standing(hit: MemoryHit) -> bool:
     return bool(hit.data.get("standing")) or "extractor" not in hit.data
 
 
-async def standing_memories(
-    conn: Executor,
-    user_id: str,
-    message: str,
-    qv: QueryVector,
-    *,
-    chat: Chat | None,
-    member: bool,
-    as_of: datetime | None = None,
-) -> list[MemoryHit]:
-    """The user's standing instructions and preferences, the most relevant to
-    ``message`` first."""
-    hits = await search_memories(
-        conn,
-        user_id,
-        query=message,
-        vector=qv.vector,
-        model=qv.model,
-        chat=chat,
-        member=member,
-        types=STANDING_TYPES,
-        limit=MAX_STANDING * READ,
-        as_of=as_of,
-    )
+def standing_of(hits: Sequence[H]) -> list[H]:
+    """The standing ones among ``hits`` (the user's instructions and preferences, the
+    most relevant to the message first), at most :data:`MAX_STANDING`."""
     return [h for h in hits if is_standing(h)][:MAX_STANDING]
 
 
-def standing_line(hit: MemoryHit, text: str) -> str:
+def standing_line(hit: Said, text: str) -> str:
     """``- [instruction, 2024-03-15] Always include ...`` (the date it was said)."""
     said = hit.valid_from or hit.created_at
     return f"- [{hit.type}, {said.date().isoformat()}] {text}"
 
 
-def standing_block(hits: list[MemoryHit], texts: list[str]) -> Block:
+def standing_block(hits: Sequence[Said], texts: list[str]) -> Block:
     return Block(
         name="standing",
         header="## Standing Instructions and Preferences\n\nFollow these in your answer:\n",

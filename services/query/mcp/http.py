@@ -2,18 +2,20 @@
 
 Every request is authenticated like the API's (:mod:`services.query.api.auth`): a
 Bearer user key acts for its user; an admin key must name the user with
-``X-Engram-User``. The tools run in process through the toolbox, the dispatch
-``POST /v1/tools/call`` uses. The server is stateless (no MCP session to hijack:
-each POST carries its own key) and answers with JSON. Having no session, it has no
-stream to offer either: ``GET /mcp`` (and ``DELETE``) answer 405, as the transport
-allows, instead of opening a stream that never sends. A tool's bad arguments (a NUL,
-a lone surrogate) come back as an ``isError`` result, as over stdio: the toolbox
+``X-Engram-User``. The tools run in process through the app's tool table
+(``app.state.tools``), the dispatch ``POST /v1/tools/call`` uses. The server is
+stateless (no MCP session to hijack: each POST carries its own key) and answers
+with JSON. Having no session, it has no stream to offer either: ``GET /mcp`` (and
+``DELETE``) answer 405, as the transport allows, instead of opening a stream that
+never sends. A tool's bad arguments (a NUL,
+a lone surrogate) come back as an ``isError`` result, as over stdio: the tool table
 checks them, the request body is not refused before MCP reads it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
@@ -26,20 +28,27 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from services.query.api.auth import acting_user, principal
-from services.query.api.routes.tool_calls import tool_context
 from services.query.mcp.server import ToolFailed, build_server
-from services.query.tools import toolbox
+from services.query.tools.registry import Toolbox, ToolContext, ToolError
 from shared.runtime import Runtime
 
 PATH = "/mcp"
 _USER = "engram_user"
 
+ContextOf = Callable[[Request, str], Awaitable[ToolContext]]
+"""What a tool call for a user runs with, from the request (the one
+``POST /v1/tools/call`` builds: ``services.query.api.routes.tool_calls.tool_context``)."""
+
 
 class ToolboxBackend:
-    """The toolbox, for the user the request's key acts for."""
+    """The tool table, for the user the request's key acts for."""
+
+    def __init__(self, tools: Toolbox, context: ContextOf) -> None:
+        self.toolbox = tools
+        self.context = context
 
     async def tools(self, ctx: ServerRequestContext[Any]) -> list[dict[str, Any]]:
-        return list(toolbox.TOOLS)
+        return list(self.toolbox.tools)
 
     async def call(
         self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any]
@@ -47,10 +56,10 @@ class ToolboxBackend:
         request = ctx.request
         if not isinstance(request, Request) or not request.scope.get("state", {}).get(_USER):
             raise RuntimeError("MCP call without an authenticated HTTP request")
-        tctx = await tool_context(request, request.scope["state"][_USER])
+        tctx = await self.context(request, request.scope["state"][_USER])
         try:
-            return await toolbox.call_tool(tctx, name, arguments)
-        except toolbox.ToolError as exc:
+            return await self.toolbox.call(tctx, name, arguments)
+        except ToolError as exc:
             raise ToolFailed(str(exc)) from exc
 
 
@@ -120,10 +129,13 @@ class _ManagerTask:
             await self._task
 
 
-def mount(app: FastAPI, rt: Runtime, *, max_body_bytes: int) -> None:
-    """Serve MCP at ``/mcp``; the session manager runs while the service runs."""
+def mount(
+    app: FastAPI, rt: Runtime, *, tools: Toolbox, context: ContextOf, max_body_bytes: int
+) -> None:
+    """Serve ``tools`` over MCP at ``/mcp``, each call run with ``context``'s tool
+    context; the session manager runs while the service runs."""
     manager = StreamableHTTPSessionManager(
-        app=build_server(ToolboxBackend(), version=app.version),
+        app=build_server(ToolboxBackend(tools, context), version=app.version),
         json_response=True,
         stateless=True,
         # the API key, not the Host header, is what admits a caller; the service may

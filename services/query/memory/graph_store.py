@@ -25,6 +25,7 @@ from typing import Any
 import asyncpg
 
 from services.query.memory import items as ms
+from services.query.memory.search import memory_search
 from services.query.memory.state import QueryState
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
 from services.query.ranking.search_text import lists_newest
@@ -212,7 +213,7 @@ async def search(
         params = SearchParams(
             query=query, limit=MAX_LIMIT, types=("other",), include_superseded=True
         )
-        hits = (await state.search(pool, params, user_id=user_id)).hits
+        hits = (await memory_search(state, pool, params, user_id=user_id)).hits
         scores = {h.id: h.score for h in hits}
         rows = await pool.fetch(sql, *args, list(scores), [], len(scores) or 1, *extra)
         ranked = sorted(rows, key=lambda r: (-scores[r["id"]], r["id"]))

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import asyncpg
 
 from services.query.memory import items as ms
+from services.query.memory.search import memory_search
 from services.query.memory.state import QueryState
 from services.query.ranking.memories import SearchParams
 from services.query.ranking.search_text import lists_newest
@@ -249,7 +250,7 @@ async def retrieve(
     ranked: list[tuple[float, asyncpg.Record]] = []
     if query is not None and not lists_newest(query):
         params = SearchParams(query=query, limit=limit, types=types, namespace=namespace)
-        result = await state.search(pool, params, user_id=user_id)
+        result = await memory_search(state, pool, params, user_id=user_id)
         scores = {h.id: h.score for h in result.hits}
         rows = await pool.fetch(ROWS_BY_ID, user_id, list(scores))
         ranked = [(scores[r["id"]], r) for r in rows]

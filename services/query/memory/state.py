@@ -3,9 +3,9 @@
 ``create_app`` builds it and stores it on ``app.state.query``: the settings (the
 one way routes reach them), the embedder resolver, the search and decision
 metrics, the decision rewriter (the language model's, when one is configured)
-and whether pg_trgm is installed (read when the service starts). HTTP routes, the
-tool executor and the Redis request/reply handler all search through
-:meth:`QueryState.search`, so they behave (and are counted) the same.
+and whether pg_trgm is installed (read when the service starts). Every memory
+search goes through ``services.query.memory.search.memory_search`` with it, so the
+surfaces behave (and are counted) the same.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from services.query.embeddings.query import Resolver, user_query_vector
 from services.query.memory.decisions import DecisionMetrics, Rewrite
-from services.query.ranking.memories import SearchParams, SearchResult, search
-from services.query.ranking.turns import MODES
+from services.query.ranking.specs import MESSAGE_MODES
 from services.query.settings import QuerySettings
 from shared.embeddings.user_settings import Stored
 
@@ -58,7 +57,7 @@ class QueryState:
             ["mode"],
             registry=registry,
         )
-        for mode in MODES:
+        for mode in MESSAGE_MODES:
             message_searches.labels(mode)
         return cls(
             settings=settings,
@@ -75,26 +74,3 @@ class QueryState:
         return await user_query_vector(
             self.resolver, pool, user_id=user_id, settings=self.settings, text=text, stored=stored
         )
-
-    async def search(
-        self,
-        pool: asyncpg.Pool,
-        params: SearchParams,
-        *,
-        user_id: str | None,
-        all_users: bool = False,
-        stored: Stored | None = None,
-    ) -> SearchResult:
-        """Embed the query (unless match-all or cross-user), search, count the mode.
-
-        A cross-user (admin) search is full-text only: users may embed with
-        different models, so one query vector cannot rank them all. ``stored``: the
-        user's embedding settings if the request read them with its API key."""
-        vector = None
-        if not params.match_all and user_id is not None and not all_users:
-            vector = await self.query_vector(
-                pool, user_id=user_id, text=params.query, stored=stored
-            )
-        result = await search(pool, params, user_id=user_id, vector=vector, all_users=all_users)
-        self.searches.labels(result.mode).inc()
-        return result

@@ -1,123 +1,20 @@
-"""Ash's remember / recall as request models and use-case calls, shared by the HTTP
-routes and the tool-call endpoint (so both validate and answer the same way)."""
+"""Ash's remember / recall as use-case calls on their request models
+(``services.query.people.models``), shared by the HTTP routes and the tool-call
+endpoint (so both validate and answer the same way)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import asyncpg
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from services.query.people.models import RecallIn, RememberIn
 from services.query.people.recall import recall
-from services.query.people.remember import MAX_DAYS, Fact, Remembered, remember
-from services.query.ranking.search_text import SearchText, described
-from shared.dates import AS_OF_TEXT, AsOf
+from services.query.people.remember import Remembered, remember
 from shared.memory.membership import require_member
 from shared.memory.vectors import ModelEmbedder
-from shared.memory.writer import Chat, publish_written
+from shared.memory.writer import publish_written
 from shared.streams import Publisher
-
-Subjects = Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=200)]], Field(max_length=20)
-]
-Days = Annotated[int, Field(ge=1, le=MAX_DAYS)]
-
-
-class ChatIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    provider: Annotated[str, Field(min_length=1, max_length=100)]
-    chat_id: Annotated[str, Field(min_length=1, max_length=200)]
-
-    def chat(self) -> Chat:
-        return Chat(self.provider, self.chat_id)
-
-
-class FactIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    content: Annotated[str, Field(min_length=1, max_length=10_000)]
-    subjects: Subjects | None = Field(
-        default=None, description="who this fact is about; default: the call's 'subjects'"
-    )
-    expires_in_days: Days | None = None
-    shared: bool | None = Field(default=None, description="visible to this chat's members")
-    type: str | None = None
-    theme: str | None = None
-
-
-class RememberIn(BaseModel):
-    """One ``content`` or a ``facts`` batch (or both: ``content`` is stored first).
-
-    ``subjects``, ``expires_in_days``, ``shared``, ``type`` and ``theme`` at the top
-    level apply to ``content`` and are the defaults of each fact in ``facts``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    content: Annotated[str, Field(min_length=1, max_length=10_000)] | None = Field(
-        default=None, description="A single fact to remember"
-    )
-    facts: Annotated[list[FactIn], Field(max_length=100)] | None = Field(
-        default=None, description="Batch multiple facts in one call (preferred)"
-    )
-    subjects: Subjects = Field(
-        default_factory=list,
-        description="Who this fact is about (e.g., ['Sarah'], ['my wife', 'John'])",
-    )
-    expires_in_days: Days | None = Field(default=None, description="Days until expiration")
-    shared: bool = Field(default=False, description="True for group/team facts")
-    type: str = "fact"
-    theme: Annotated[str, Field(min_length=1, max_length=100)] = "general"
-    chat: ChatIn | None = Field(default=None, description="the chat this call happens in")
-
-    @model_validator(mode="after")
-    def _something(self) -> RememberIn:
-        if self.content is None and not self.facts:
-            raise ValueError("give 'content' or a non-empty 'facts' list")
-        return self
-
-    def to_facts(self) -> list[Fact]:
-        out = []
-        if self.content is not None:
-            out.append(
-                Fact(
-                    content=self.content,
-                    subjects=self.subjects,
-                    expires_in_days=self.expires_in_days,
-                    shared=self.shared,
-                    type=self.type,
-                    theme=self.theme,
-                )
-            )
-        for f in self.facts or []:
-            out.append(
-                Fact(
-                    content=f.content,
-                    subjects=f.subjects if f.subjects is not None else self.subjects,
-                    expires_in_days=f.expires_in_days
-                    if f.expires_in_days is not None
-                    else self.expires_in_days,
-                    shared=f.shared if f.shared is not None else self.shared,
-                    type=f.type or self.type,
-                    theme=f.theme or self.theme,
-                )
-            )
-        return out
-
-
-class RecallIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    query: Annotated[SearchText, Field(description=described("what to search for"))]
-    about: Annotated[str, Field(max_length=200)] | None = Field(
-        default=None, description="Filter to person (e.g., 'my wife', 'Sarah')"
-    )
-    chat: ChatIn | None = None
-    limit: Annotated[int, Field(ge=1, le=100)] = 5
-    include_superseded: bool = Field(
-        default=False, description="also return memories a newer one replaced (history)"
-    )
-    as_of: AsOf | None = Field(default=None, description=AS_OF_TEXT)
 
 
 def remembered_json(result: Remembered) -> dict[str, Any]:

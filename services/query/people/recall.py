@@ -9,7 +9,6 @@ degrades to full-text search with a warning.
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,11 +16,11 @@ from typing import Any
 import asyncpg
 
 from services.query.embeddings.query import QueryVector, embed_query
+from services.query.people.subjects import subject_people
 from services.query.ranking.recall import MemoryHit, hit_json, is_member, search_memories
 from services.query.ranking.search_text import MAX_SEARCH_CHARS
-from shared.db import Executor
 from shared.errors import InvalidRequest
-from shared.memory.people import Person, find_person, people_by_id
+from shared.memory.people import Person, find_person
 from shared.memory.vectors import ModelEmbedder
 from shared.memory.writer import Chat
 
@@ -52,22 +51,6 @@ class Recalled:
             "retrieval": self.query.retrieval,
             "warning": self.query.warning,
         }
-
-
-async def subject_people(
-    conn: Executor, hits: list[MemoryHit], viewer: str
-) -> dict[uuid.UUID, Person]:
-    """The people ``viewer``'s own hits are about. A chat's shared memory of another
-    user (a member reads it) keeps its owner's person records to its owner: their
-    names, relations and notes are not shown to the chat's members (issue 29.14)."""
-    wanted: dict[str, set[uuid.UUID]] = defaultdict(set)
-    for h in hits:
-        if h.owner == viewer:
-            wanted[h.owner].update(h.subjects)
-    out: dict[uuid.UUID, Person] = {}
-    for owner, ids in wanted.items():
-        out.update(await people_by_id(conn, owner, list(ids)))
-    return out
 
 
 async def recall(

@@ -3,7 +3,7 @@
 The candidate generators of ``memory_items`` for the ``NOVA`` spec (``specs.py``);
 the score is ``fusion.fuse``. The API's ``/v1/memory/search``, the tools, the
 browser's search box, admin search and the request/reply search all come here
-(through ``QueryState.search``).
+(through ``services.query.memory.search.memory_search``).
 
 What callers may rely on:
 

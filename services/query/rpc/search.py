@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from services.query.memory.requests import SearchIn
+from services.query.memory.search import memory_search
 from services.query.memory.state import QueryState
 from shared.errors import InvalidRequest
 from shared.runtime import Runtime
@@ -40,7 +41,7 @@ def register(rt: Runtime, state: QueryState) -> None:
             ]
             return {"error": "invalid request: " + "; ".join(problems)}
         try:
-            result = await state.search(rt.pool, req.params(), user_id=req.user_id)
+            result = await memory_search(state, rt.pool, req.params(), user_id=req.user_id)
         except InvalidRequest as exc:
             return {"error": str(exc)}
         return result.as_dict()

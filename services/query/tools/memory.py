@@ -1,8 +1,8 @@
 """The ``memory`` (Nova) and ``memory_facts`` (Navi) tools: each operation, its request
 model and its handler.
 
-The tool schemas (``services.query.tools.toolbox``) and the context's tool guidance
-(``services.query.context.theme_hints``) are both built from these specs.
+The tool schemas (``services.query.tools.registry.Toolbox``) and the context's tool
+guidance (``services.query.context.theme_hints``) are both built from these specs.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from services.query.memory.requests import (
     ItemIn,
     SearchIn,
 )
+from services.query.memory.search import memory_search
 from services.query.ranking.search_text import lists_newest
 from services.query.tools.registry import Tool, ToolContext
 from services.query.tools.specs import Operation, ToolSpec, signature
@@ -94,7 +95,7 @@ GUIDANCE = Guidance(
 
 
 async def _search(ctx: ToolContext, body: SearchIn) -> dict[str, Any]:
-    return (await ctx.state.search(ctx.pool, body.params(), user_id=ctx.user_id)).as_dict()
+    return (await memory_search(ctx.state, ctx.pool, body.params(), user_id=ctx.user_id)).as_dict()
 
 
 async def _add(ctx: ToolContext, add: AddIn) -> dict[str, Any]:

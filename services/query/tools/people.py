@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.query.people.calls import RecallIn, RememberIn, do_recall, do_remember
+from services.query.people.calls import do_recall, do_remember
+from services.query.people.models import RecallIn, RememberIn
 from services.query.tools.registry import Tool, ToolContext
 from services.query.tools.specs import ToolSpec
 

@@ -6,16 +6,18 @@ each request model: one for a single-model tool (``remember``), one per
 operation for a selector tool (``memory``'s ``operation``). Every call goes
 through :func:`run`: the arguments are parsed (OpenAI sends a JSON string),
 checked by the one validator :func:`validate` against the model of the tool or
-operation, and handed to its handler as that model. The table itself (which
-tools exist) is ``services.query.tools.toolbox.REGISTRY``; the HTTP tool call,
-MCP and the tool listing all read it.
+operation, and handed to its handler as that model. A :class:`Toolbox` is a
+table of them with its listing (OpenAI and Anthropic formats) and its dispatch.
+The table itself (which tools exist) is ``services.query.app.TOOLBOX``;
+``create_app`` puts it on ``app.state.tools``, where the HTTP tool call, MCP and
+the tool listing read it (none of them imports the tool modules).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +27,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from services.query.context.theme_hints import HintCache
 from services.query.embeddings.query import user_embedder
 from services.query.memory.state import QueryState
-from services.query.tools.specs import ToolSpec
+from services.query.tools.specs import ToolSpec, anthropic, neutral, openai
 from shared.errors import InvalidRequest, NotFound
 from shared.memory.vectors import ModelEmbedder
 from shared.memory.writer import Chat
@@ -181,3 +183,32 @@ async def run(table: Mapping[str, Tool], ctx: ToolContext, name: str, arguments:
         return render(await tool.handlers[None](ctx, body))
     except (InvalidRequest, NotFound) as exc:
         raise ToolError(str(exc)) from exc
+
+
+class Toolbox:
+    """A table of tools (name -> :class:`Tool`), listed and dispatched: what
+    ``GET /v1/tools``, ``POST /v1/tools/call`` and MCP serve."""
+
+    def __init__(self, tools: Sequence[Tool]) -> None:
+        self.table: dict[str, Tool] = {t.name: t for t in tools}
+        if len(self.table) != len(tools):
+            raise ValueError("two tools share a name")
+        self.tools: list[dict[str, Any]] = [neutral(t.spec) for t in self.table.values()]
+        """The tools as ``{name, description, parameters}``, built from the request models."""
+
+    def schemas(self, fmt: str = "all") -> dict[str, list[dict[str, Any]]]:
+        """The tools in OpenAI and/or Anthropic format."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        if fmt in ("all", "openai"):
+            out["openai"] = [openai(t) for t in self.tools]
+        if fmt in ("all", "anthropic"):
+            out["anthropic"] = [anthropic(t) for t in self.tools]
+        return out
+
+    async def call(self, ctx: ToolContext, name: str, arguments: Any) -> Any:
+        """Run one call of ``name`` for ``ctx.user_id``; ToolError for the model to read."""
+        try:
+            return await run(self.table, ctx, name, arguments)
+        finally:
+            if ctx.after is not None:
+                await ctx.after()

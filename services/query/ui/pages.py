@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from services.query.api.deps import Pool, State
+from services.query.memory.search import memory_search
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
 from services.query.ranking.search_text import MAX_SEARCH_CHARS, lists_newest
 from services.query.ui import queries as q
@@ -123,7 +124,8 @@ async def memories(
     if not lists_newest(text):
         # The hybrid search of the agent API; the browser shows archived and
         # superseded matches too when asked, then narrows by its other filters.
-        result = await state.search(
+        result = await memory_search(
+            state,
             pool,
             SearchParams(
                 query=text,

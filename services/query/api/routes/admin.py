@@ -11,6 +11,7 @@ from services.query.api.auth import Admin
 from services.query.api.deps import Pool, State
 from services.query.memory import facts as fs
 from services.query.memory.requests import AdminSearchIn, FactListIn
+from services.query.memory.search import memory_search
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -21,8 +22,8 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
     response_model=R.AdminSearchOut,
 )
 async def search(body: AdminSearchIn, who: Admin, pool: Pool, state: State) -> dict[str, Any]:
-    result = await state.search(
-        pool, body.params(), user_id=body.user_id, all_users=body.user_id is None
+    result = await memory_search(
+        state, pool, body.params(), user_id=body.user_id, all_users=body.user_id is None
     )
     out = result.as_dict()
     for item, hit in zip(out["results"], result.hits, strict=True):

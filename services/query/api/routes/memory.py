@@ -13,6 +13,7 @@ from services.query.api.auth import Caller, UserId
 from services.query.api.deps import Pool, Pub, ReadPool, State
 from services.query.memory import items as ms
 from services.query.memory.requests import AddIn, SearchIn
+from services.query.memory.search import memory_search
 from shared.memory import observations as consolidation
 
 router = APIRouter(prefix="/v1/memory", tags=["memory (Nova)"])
@@ -27,7 +28,7 @@ async def search(
     body: SearchIn, who: Caller, user_id: UserId, pool: ReadPool, state: State
 ) -> dict[str, Any]:
     stored = who.embedding_settings(user_id)  # read with the key: no second round trip
-    result = await state.search(pool, body.params(), user_id=user_id, stored=stored)
+    result = await memory_search(state, pool, body.params(), user_id=user_id, stored=stored)
     return result.as_dict()
 
 

@@ -12,7 +12,8 @@ from services.query.api.auth import UserId
 from services.query.api.deps import Pool, Pub, ReadPool, Settings
 from services.query.api.edges import NAMED_IN_BODY
 from services.query.api.embedder import QueryEmbedder
-from services.query.people.calls import RecallIn, RememberIn, do_recall, do_remember
+from services.query.people.calls import do_recall, do_remember
+from services.query.people.models import RecallIn, RememberIn
 from shared.memory.people import list_people, resolve_person
 
 router = APIRouter(prefix="/v1", tags=["people"])

@@ -1,4 +1,8 @@
-"""Tools for LLMs: the memory tools' schemas, and one endpoint that runs a tool call."""
+"""Tools for LLMs: the memory tools' schemas, and one endpoint that runs a tool call.
+
+Both read the tool table ``create_app`` put on ``app.state.tools``
+(``services.query.app.TOOLBOX``), as the MCP server does.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from services.query.api import responses as R
 from services.query.api.auth import Caller, UserId
-from services.query.tools import toolbox
+from services.query.tools.registry import Toolbox, ToolContext, ToolError
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"])
 
@@ -47,13 +51,19 @@ class ToolCallIn(BaseModel):
         return self.name, self.input if self.input is not None else self.arguments
 
 
-async def tool_context(request: Request, user_id: str) -> toolbox.ToolContext:
+def toolbox(request: Request) -> Toolbox:
+    """The tool table of the app serving ``request``."""
+    tools: Toolbox = request.app.state.tools
+    return tools
+
+
+async def tool_context(request: Request, user_id: str) -> ToolContext:
     """What a tool call for ``user_id`` runs with, from the app serving ``request``
     (``/v1/tools/call`` and the MCP server)."""
     app_state = request.app.state
     pool = app_state.runtime.pool
     reads = app_state.reads
-    return toolbox.ToolContext(
+    return ToolContext(
         pool=pool,
         publisher=app_state.runtime.publisher,
         state=app_state.query,
@@ -72,10 +82,11 @@ async def tool_context(request: Request, user_id: str) -> toolbox.ToolContext:
     response_model_exclude_unset=True,
 )
 async def tools(
+    request: Request,
     _who: Caller,  # a key is needed (any user's or an admin's)
     format: Annotated[Literal["all", "openai", "anthropic"], Query()] = "all",
 ) -> dict[str, Any]:
-    return toolbox.tool_schemas(format)
+    return toolbox(request).schemas(format)
 
 
 @router.post(
@@ -88,8 +99,8 @@ async def call(body: ToolCallIn, request: Request, user_id: UserId) -> dict[str,
     name, arguments = body.resolved()
     ctx = await tool_context(request, user_id)
     try:
-        result = await toolbox.call_tool(ctx, name, arguments)
-    except toolbox.ToolError as exc:
+        result = await toolbox(request).call(ctx, name, arguments)
+    except ToolError as exc:
         return {
             "id": body.id,
             "name": name,
