@@ -581,9 +581,16 @@ def _codes(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def _commit(code: Path) -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=code, capture_output=True, text=True, check=False
-    ).stdout.strip()
+    """The checkout's commit, and whether it holds uncommitted changes (``--without``:
+    tracing's hooks edited out)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=code, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "HEAD") + (" with uncommitted changes" if dirty else "")
 
 
 if __name__ == "__main__":
