@@ -96,8 +96,12 @@ WORKLOAD = r"""
 import asyncio, ctypes, json, os, sys
 from datetime import UTC, datetime, timedelta
 
-# natively (no valgrind) the client requests do nothing: a way to try the workload
-CG = ctypes.CDLL(os.environ["ENGRAM_CG_HELPER"])
+class NoCallgrind:  # native (no valgrind): nothing to zero or dump
+    def engram_cg_zero(self): pass
+    def engram_cg_dump(self, label): pass
+
+helper = os.environ.get("ENGRAM_CG_HELPER")
+CG = ctypes.CDLL(helper) if helper else NoCallgrind()
 
 from services.embedder.app import create_app as embedder_app
 from services.ingest.app import create_app as ingest_app
@@ -322,7 +326,7 @@ def run_way(
     db_url: str,
     redis_url: str,
     embed_url: str,
-    helper: Path,
+    helper: Path | None,
     out: Path,
     turns: int,
     batch: int,
@@ -331,7 +335,8 @@ def run_way(
     native: bool = False,
 ) -> dict[str, Any]:
     """The workload under callgrind with ``code``'s checkout; each phase's Ir.
-    ``native``: without valgrind (to try the workload; nothing counted)."""
+    ``native``: without valgrind (to try the workload; nothing counted; ``helper``
+    None)."""
     out.mkdir(parents=True, exist_ok=True)
     env = {
         k: v
@@ -343,7 +348,7 @@ def run_way(
             "PYTHONPATH": str(code),
             "PYTHONHASHSEED": "0",
             "HF_HUB_OFFLINE": "1",
-            "ENGRAM_CG_HELPER": str(helper),
+            **({"ENGRAM_CG_HELPER": str(helper)} if helper is not None else {}),
             "ENGRAM_DATABASE_URL": db_url,
             "ENGRAM_REDIS_URL": redis_url,
             "ENGRAM_STREAM_PREFIX": f"{run}:",
@@ -435,7 +440,7 @@ def main() -> int:
     try:
         admin_url = pg.start()
         redis_url = rd.start(persistent=False)
-        helper = build_helper(tmp)
+        helper = None if args.native else build_helper(tmp)
         for way, code in codes.items():
             asyncio.run(_create(admin_url, f"tpl_{way}"))
             migrate(code, with_database(admin_url, f"tpl_{way}"))
