@@ -493,11 +493,13 @@ def main() -> int:
         server.stop()
         rd.stop()
         pg.stop()
+        # the servers' folders, the helper; the callgrind files too unless --keep
+        shutil.rmtree(tmp, ignore_errors=True)
     if args.native:
         return 0
     for way in runs:
         runs[way].sort(key=lambda g: g["run"])
-    return report(args, runs, keep, tmp)
+    return report(args, runs)
 
 
 async def _create(admin_url: str, name: str, template: str | None = None) -> str:
@@ -510,9 +512,7 @@ async def _create(admin_url: str, name: str, template: str | None = None) -> str
     return with_database(admin_url, name)
 
 
-def report(
-    args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]], keep: Path, tmp: Path
-) -> int:
+def report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> int:
     med = {
         way: {p: statistics.median(g["ir"][p] for g in gots) for p in PHASES}
         for way, gots in runs.items()
@@ -572,9 +572,8 @@ def report(
         "target_off_over_old": 1.02,
     }
     path = write_result("trace_cost", result)
-    print(f"-> {path}; callgrind files in {keep}")
-    if args.keep is None:
-        shutil.rmtree(tmp, ignore_errors=True)
+    kept = f"callgrind files in {args.keep.resolve()}" if args.keep else "callgrind files removed"
+    print(f"-> {path}; {kept}")
     return 0
 
 
