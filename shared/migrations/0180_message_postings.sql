@@ -136,3 +136,4 @@ INSERT INTO message_postings (user_id, lexeme, message_id, part, tf, dl, by_name
 SELECT r.*
 FROM message_passages p,
      message_postings_rows(p.user_id, p.message_id, p.idx, p.fts, p.speaker) AS r;
+ANALYZE message_postings;
