@@ -15,8 +15,10 @@
 -- however rows are written (ingest, COPY, the embedder replacing a turn's
 -- passages, a cascade from the turn or the user). A turn's content and speaker
 -- never change once stored (ingest inserts, ON CONFLICT DO NOTHING), so an UPDATE
--- (the embedder's vector, an episode moved) costs nothing here. `long` marks a
--- turn's rows while it has passages: BM25 over passages reads its passages instead.
+-- (the embedder's vector, an episode moved) costs nothing here. Whether a turn has
+-- passages (BM25 over passages then reads them instead of the turn) is read from
+-- message_passages at search time: marking the turn's rows here rewrote them all
+-- when its passages came (3x the passages' own write on BEAM's long turns).
 -- Erasure deletes the rows with the rest of the user's (user_id); an archive leaves
 -- them out (derived, rebuilt by the triggers as the turns are imported).
 CREATE TABLE message_postings (
@@ -28,8 +30,7 @@ CREATE TABLE message_postings (
     dl         integer NOT NULL,  -- the document's distinct words, its speaker's name's too
     by_name    boolean NOT NULL,  -- the word is one of the speaker's name
     in_text    boolean NOT NULL,  -- the word is one of the turn's (passage's) own words
-    long       boolean NOT NULL DEFAULT false,  -- (part -1) the turn has passages
-    PRIMARY KEY (user_id, lexeme, message_id, part) INCLUDE (tf, dl, by_name, in_text, long)
+    PRIMARY KEY (user_id, lexeme, message_id, part) INCLUDE (tf, dl, by_name, in_text)
 );
 
 -- The rows of a document: its tsvector `v` (words and speaker's name) and `words`,
@@ -82,19 +83,13 @@ CREATE TRIGGER messages_postings_delete AFTER DELETE ON messages
     REFERENCING OLD TABLE AS removed
     FOR EACH STATEMENT EXECUTE FUNCTION message_postings_removed();
 
--- A turn's passages: their rows, and the turn's marked `long` while it has any.
+-- A turn's passages.
 CREATE FUNCTION message_passage_postings_added() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO message_postings (user_id, lexeme, message_id, part, tf, dl, by_name, in_text)
     SELECT r.*
     FROM added a, message_postings_rows(a.user_id, a.message_id, a.idx, a.fts, a.speaker) AS r;
-    UPDATE message_postings p SET long = true
-    FROM (SELECT DISTINCT message_id FROM added) AS a
-         JOIN messages m ON m.id = a.message_id,
-         unnest(message_postings_words(m.fts, coalesce(m.display_name, ''))) AS w
-    WHERE p.user_id = m.user_id AND p.lexeme = w AND p.message_id = m.id AND p.part = -1
-      AND NOT p.long;
     RETURN NULL;
 END
 $$;
@@ -106,15 +101,6 @@ BEGIN
     USING removed r, unnest(message_postings_words(r.fts, r.speaker)) AS w
     WHERE p.user_id = r.user_id AND p.lexeme = w AND p.message_id = r.message_id
       AND p.part = r.idx;
-    -- a turn still stored whose passages are all gone (the embedder replaces them
-    -- in one transaction: the insert that follows marks it again)
-    UPDATE message_postings p SET long = false
-    FROM (SELECT DISTINCT message_id FROM removed) AS r
-         JOIN messages m ON m.id = r.message_id,
-         unnest(message_postings_words(m.fts, coalesce(m.display_name, ''))) AS w
-    WHERE p.user_id = m.user_id AND p.lexeme = w AND p.message_id = m.id AND p.part = -1
-      AND p.long
-      AND NOT EXISTS (SELECT 1 FROM message_passages q WHERE q.message_id = m.id);
     RETURN NULL;
 END
 $$;
@@ -127,9 +113,8 @@ CREATE TRIGGER message_passages_postings_delete AFTER DELETE ON message_passages
     FOR EACH STATEMENT EXECUTE FUNCTION message_passage_postings_removed();
 
 -- The turns and passages stored before this; writes to them wait for it.
-INSERT INTO message_postings (user_id, lexeme, message_id, part, tf, dl, by_name, in_text,
-                              long)
-SELECT r.*, EXISTS (SELECT 1 FROM message_passages q WHERE q.message_id = m.id)
+INSERT INTO message_postings (user_id, lexeme, message_id, part, tf, dl, by_name, in_text)
+SELECT r.*
 FROM messages m,
      message_postings_rows(m.user_id, m.id, -1, m.fts, coalesce(m.display_name, '')) AS r;
 INSERT INTO message_postings (user_id, lexeme, message_id, part, tf, dl, by_name, in_text)

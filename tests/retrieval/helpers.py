@@ -69,20 +69,18 @@ async def add_turns(
 # every distinct word of each document (a turn's words or a passage's, and its
 # speaker's name), how often it occurs there and the document's length.
 POSTINGS = """
-SELECT lexeme, message_id, part, tf, dl, by_name, in_text, long
+SELECT lexeme, message_id, part, tf, dl, by_name, in_text
 FROM message_postings WHERE user_id = $1
 """
 POSTINGS_FROM_SCRATCH = """
 SELECT x.lexeme, d.message_id, d.part, coalesce(cardinality(x.positions), 1) AS tf,
        length(d.own || d.name) AS dl, x.lexeme = ANY(tsvector_to_array(d.name)) AS by_name,
-       x.lexeme = ANY(tsvector_to_array(d.own)) AS in_text, d.long
+       x.lexeme = ANY(tsvector_to_array(d.own)) AS in_text
 FROM (SELECT m.id AS message_id, -1 AS part, m.fts AS own,
-             to_tsvector('english', coalesce(m.display_name, '')) AS name,
-             EXISTS (SELECT 1 FROM message_passages p WHERE p.message_id = m.id) AS long
+             to_tsvector('english', coalesce(m.display_name, '')) AS name
       FROM messages m WHERE m.user_id = $1
       UNION ALL
-      SELECT p.message_id, p.idx, p.fts, to_tsvector('english', coalesce(m.display_name, '')),
-             false
+      SELECT p.message_id, p.idx, p.fts, to_tsvector('english', coalesce(m.display_name, ''))
       FROM message_passages p JOIN messages m ON m.id = p.message_id
       WHERE p.user_id = $1) AS d,
      unnest(d.own || d.name) AS x

@@ -75,7 +75,7 @@ async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
     kept = await postings(pool, user_id)
     assert kept == await postings(pool, user_id, from_scratch=True)
     # a word of the speaker's name only, of the turn's own words only, of both
-    assert {(w, n, t) for w, _, _, _, _, n, t, _ in kept if w in ("ann", "bob", "lee")} == {
+    assert {(w, n, t) for w, _, _, _, _, n, t in kept if w in ("ann", "bob", "lee")} == {
         ("ann", True, False),
         ("ann", False, True),  # Bob's "Ann, your pottery ..."
         ("ann", True, True),  # Ann's copied "Ann copied ..."

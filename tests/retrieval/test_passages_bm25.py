@@ -82,15 +82,19 @@ async def test_passage_statistics_follow_writes_rewrites_deletes_and_erasure(
     )
     kept = await postings(pool, user_id)
     assert kept == await postings(pool, user_id, from_scratch=True)
-    # the long turns' own postings are marked, their passages' are there
-    assert {(i, p) for _, i, p, *_, long in kept if long} == {(ids[1], -1), (ids[4], -1)}
+    # a long turn has its own postings and its passages'
     assert {p for _, i, p, *_ in kept if i == ids[1]} == {-1, *range(len(split(LONG_WEATHER)))}
     await _write_passages(pool, user_id, ids)  # a rewrite replaces them
     assert await _stats(pool, user_id, STATS) == counted
     assert await postings(pool, user_id) == kept
     await pool.execute("DELETE FROM message_passages WHERE message_id = $1", ids[4])
     assert await postings(pool, user_id) == await postings(pool, user_id, from_scratch=True)
-    assert not any(long for _, i, *_, long in await postings(pool, user_id) if i == ids[4])
+    assert {p for _, i, p, *_ in await postings(pool, user_id) if i == ids[4]} == {-1}
+    for query in ("pottery Thursday", "release checklist"):  # the turn read whole again
+        full = await _lexical(pool, "bm25_passages", user_id, query)
+        read = await _lexical(pool, "bm25_stats_passages", user_id, query)
+        assert ids[4] in read and set(read) <= set(full), query
+        assert all(abs(r - full[i]) < 1e-9 for i, r in read.items()), query
     await _write_passages(pool, user_id, [ids[4]])
     assert await postings(pool, user_id) == kept
     await pool.execute("DELETE FROM messages WHERE id = $1", ids[1])  # cascades to passages

@@ -203,12 +203,14 @@ lexical AS (
     # ... and over a long turn's passages instead of the turn (``lexical_passages``):
     # the corpus counts the turns without passages and the passages (migration
     # 0161 keeps their numbers beside the turns'), the postings read are those of
-    # such turns (not ``long``) and of the passages. Ranks equal "bm25_passages"'
-    # but for the same two things as above.
+    # the passages and of the turns that have none (a probe of message_passages'
+    # key per turn posting read). Ranks equal "bm25_passages"' but for the same two
+    # things as above.
     "bm25_stats_passages": _BM25_STATS.format(
         speakers="s.turns - s.long_turns + s.passages AS turns, "
         "s.lexemes - s.long_lexemes + s.passage_lexemes AS lexemes",
-        documents="NOT p.long",
+        documents="(p.part >= 0 OR NOT EXISTS (SELECT 1 FROM message_passages q "
+        "WHERE q.message_id = p.message_id))",
     )
     + _BM25_RANKED,
 }
