@@ -54,6 +54,7 @@ NOT_EXPORTED: dict[str, str] = {
     "message_text_stats": "derived: triggers on messages rebuild it as the turns are imported",
     "message_postings": "derived: triggers on messages and message_passages rebuild it as "
     "the turns are imported and their passages embedded",
+    "message_shapes": "derived: triggers on messages rebuild it as the turns are imported",
     "vector_index_users": "derived: the embedder lists a big user for the HNSW index again",
     "embedding_rebuilds": "operational: the import starts its own re-embedding",
     "episode_closes": "transient: an episode close waiting for its turns inside ingest",

@@ -21,6 +21,10 @@ from tests.support import running
 STATS = """
 SELECT speaker, turns, lexemes FROM message_text_stats WHERE user_id = $1 AND turns > 0
 """
+SHAPES = "SELECT message_id, lexemes, asks FROM message_shapes WHERE user_id = $1"
+SHAPES_FROM_SCRATCH = """
+SELECT id, length(fts), content ~ '\\?\\s*$' FROM messages WHERE user_id = $1
+"""
 COUNTED = """
 SELECT coalesce(display_name, '') AS speaker, count(*) AS turns, sum(length(fts)) AS lexemes
 FROM messages WHERE user_id = $1 GROUP BY 1
@@ -55,7 +59,10 @@ async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
             "messages",
             records=[
                 (uuid.uuid4(), user_id, episode, "test", "chat-1", "user", name, text, AT)
-                for name, text in (("Ann", "Ann copied pottery words"), (None, "no speaker here"))
+                for name, text in (
+                    ("Ann", "Ann copied pottery words"),
+                    (None, "no speaker here? \n"),
+                )
             ],
             columns=[
                 "event_id",
@@ -89,9 +96,14 @@ async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
     kept = await postings(pool, user_id)
     assert kept == await postings(pool, user_id, from_scratch=True)
     assert not {i for _, i, *_ in kept} & set(ids[:3])
+    # each turn's length and whether it asks (migration 0181)
+    shapes = {tuple(r) for r in await pool.fetch(SHAPES, user_id)}
+    assert shapes == {tuple(r) for r in await pool.fetch(SHAPES_FROM_SCRATCH, user_id)}
+    assert len(shapes) == len(TURNS) - 3 + 2 and sum(a for _, _, a in shapes) == 1
     await pool.execute("DELETE FROM users WHERE id = $1", user_id)  # erasure cascades
     assert await pool.fetch("SELECT 1 FROM message_text_stats WHERE user_id = $1", user_id) == []
     assert await postings(pool, user_id) == set()
+    assert await pool.fetch(SHAPES, user_id) == []
 
 
 async def _lexical(pool: asyncpg.Pool, name: str, user_id: str, query: str) -> dict[int, float]:

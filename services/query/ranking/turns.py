@@ -300,13 +300,20 @@ semantic AS MATERIALIZED (
     LIMIT $8
 )"""
 
+# A turn's length and whether it asks are read from message_shapes (migration
+# 0181: computed as the turn was stored), not from its words and content (reading
+# those detoasts a long turn's: ~4,000 a query at 10,000 BEAM turns); from the turn
+# where it has no row.
 _NEAR = """
 LEFT JOIN LATERAL (
     SELECT array_agg(n.id ORDER BY n.occurred_at {desc}, n.id {desc}) AS ids,
            array_agg(n.occurred_at ORDER BY n.occurred_at {desc}, n.id {desc}) AS ats,
            array_agg(n.who ORDER BY n.occurred_at {desc}, n.id {desc}) AS whos,
            array_agg(n.len ORDER BY n.occurred_at {desc}, n.id {desc}) AS lens
-    FROM (SELECT m.id, m.occurred_at, {who} AS who, length(m.fts) AS len FROM messages m
+    FROM (SELECT m.id, m.occurred_at, {who} AS who,
+                 coalesce((SELECT s.lexemes FROM message_shapes s
+                           WHERE s.user_id = $1 AND s.message_id = m.id), length(m.fts)) AS len
+          FROM messages m
           WHERE m.episode_id = t.episode_id AND m.user_id = $1
             AND (m.occurred_at, m.id) {cmp} (t.occurred_at, t.id) {filters}
           ORDER BY m.occurred_at {desc}, m.id {desc}
@@ -326,7 +333,8 @@ candidates AS (
           SELECT id, NULL, NULL, dist, pos FROM semantic) AS c
     GROUP BY id
 )
-SELECT c.*, t.occurred_at, t.content ~ '\\?\\s*$' AS asks, length(t.fts) AS len,
+SELECT c.*, t.occurred_at, coalesce(ts.asks, t.content ~ '\\?\\s*$') AS asks,
+       coalesce(ts.lexemes, length(t.fts)) AS len,
        {t_who} AS who,
        coalesce(to_tsvector('english', coalesce(t.display_name, '')) @@ q.tsq, false) AS named,
        CASE WHEN $3::vector IS NOT NULL AND t.embedding_state = 'ready'
@@ -337,6 +345,7 @@ SELECT c.*, t.occurred_at, t.content ~ '\\?\\s*$' AS asks, length(t.fts) AS len,
        bef.lens AS before_lens, aft.ids AS after_ids, aft.ats AS after_ats,
        aft.whos AS after_whos, aft.lens AS after_lens
 FROM candidates c JOIN messages t ON t.id = c.id AND t.user_id = $1 CROSS JOIN q
+     LEFT JOIN message_shapes ts ON ts.user_id = $1 AND ts.message_id = t.id
 {before}
 {after}
 """
