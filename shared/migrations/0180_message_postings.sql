@@ -34,14 +34,15 @@ CREATE TABLE message_postings (
 );
 
 -- The rows of a document: its tsvector `v` (words and speaker's name) and `words`,
--- the name's words.
+-- the name's words; whether a word of the name is also one of the document's own
+-- is looked up only for those few words (no tsquery: any lexeme is safe).
 -- Arguments: user_id, message_id, part, the document's own tsvector, its speaker.
 CREATE FUNCTION message_postings_rows(text, bigint, integer, tsvector, text) RETURNS TABLE (user_id text, lexeme text, message_id bigint, part integer, tf integer,
                  dl integer, by_name boolean, in_text boolean)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT $1, x.lexeme, $2, $3, coalesce(cardinality(x.positions), 1), length(d.v),
            x.lexeme = ANY(d.words),
-           CASE WHEN x.lexeme = ANY(d.words) THEN $4 @@ quote_literal(x.lexeme)::tsquery
+           CASE WHEN x.lexeme = ANY(d.words) THEN x.lexeme = ANY(tsvector_to_array($4))
                 ELSE true END
     FROM (SELECT $4 || n AS v, tsvector_to_array(n) AS words
           FROM to_tsvector('english', $5) AS n) AS d,
