@@ -2,7 +2,7 @@
 ``fused`` p95 <= 50 ms on a quiet machine).
 
     python -m bench.locomo --dataset beam PATH/chats/100K --modes fused     # loads beam-*
-    python -m bench.long_history --dataset beam PATH/chats/100K [--turns 10000]
+    python -m bench.long_history --dataset beam PATH/chats/100K [--turns 10000] [--first 5]
 
 Against a running stack (``make run``) that holds a set's users already loaded and
 embedded (``beam-01`` ... ``beam-10``, or ``locomo-*``): one engram user
@@ -124,9 +124,11 @@ async def build(pool: Any, sources: list[str], n: int, *, reuse: bool = False) -
     }
 
 
-async def run(path: Path, set_name: str, n: int, queries: int, reuse: bool) -> dict[str, Any]:
+async def run(
+    path: Path, set_name: str, n: int, queries: int, reuse: bool, first: int | None = None
+) -> dict[str, Any]:
     ds = dataset(set_name)
-    convs = ds.load(path)
+    convs = ds.load(path)[:first]
     sources = [c.user_id for c in convs]
     questions = [q for c in convs for q in c.questions]
     asked = questions[:: max(1, len(questions) // queries)][:queries]
@@ -171,6 +173,7 @@ async def run(path: Path, set_name: str, n: int, queries: int, reuse: bool) -> d
             await pool.close()
     return {
         "set": ds.name,
+        "conversations": len(convs),
         "stack": where,
         "history": built,
         "queries": len(asked),
@@ -191,10 +194,16 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=10_000)
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--reuse", action="store_true", help="keep the user if already built")
+    p.add_argument(
+        "--first",
+        type=int,
+        help="copy and ask only the set's first N conversations (users), e.g. 5: BEAM's "
+        "tuning half, when the others are not loaded",
+    )
     p.add_argument("--name", default="long_history", help="bench/results/<name>.json")
     args = p.parse_args()
     path = args.locomo or DEFAULT_PATH
-    result = asyncio.run(run(path, args.dataset, args.turns, args.queries, args.reuse))
+    result = asyncio.run(run(path, args.dataset, args.turns, args.queries, args.reuse, args.first))
     for k in ("http_fused", "ranking_fused"):
         r = result[k]
         print(f"{k}: p50 {r['p50_ms']:.1f} / p95 {r['p95_ms']:.1f} / p99 {r['p99_ms']:.1f} ms")

@@ -371,7 +371,13 @@ GROUP BY 1 ORDER BY 1
 
 async def sizes(pool: asyncpg.Pool) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for table in ("messages", "episodes", "message_text_stats"):
+    for table in (
+        "messages",
+        "episodes",
+        "message_text_stats",
+        "message_postings",
+        "message_shapes",
+    ):
         r = await pool.fetchrow(SIZES, table)
         assert r is not None
         out[table] = {

@@ -52,6 +52,9 @@ MANIFEST = "manifest.json"
 NOT_EXPORTED: dict[str, str] = {
     "api_keys": "credentials do not travel: the target deployment issues its own keys",
     "message_text_stats": "derived: triggers on messages rebuild it as the turns are imported",
+    "message_postings": "derived: triggers on messages and message_passages rebuild it as "
+    "the turns are imported and their passages embedded",
+    "message_shapes": "derived: triggers on messages rebuild it as the turns are imported",
     "vector_index_users": "derived: the embedder lists a big user for the HNSW index again",
     "embedding_rebuilds": "operational: the import starts its own re-embedding",
     "episode_closes": "transient: an episode close waiting for its turns inside ingest",

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import numpy as np
@@ -61,3 +62,34 @@ async def add_turns(
                 )
             )
     return episode, ids
+
+
+# A user's BM25 postings (migration 0180) as the triggers keep them, and as they are
+# from the stored turns and passages, computed here without the migration's functions:
+# every distinct word of each document (a turn's words or a passage's, and its
+# speaker's name), how often it occurs there and the document's length.
+POSTINGS = """
+SELECT lexeme, message_id, part, tf, dl, by_name, in_text
+FROM message_postings WHERE user_id = $1
+"""
+POSTINGS_FROM_SCRATCH = """
+SELECT x.lexeme, d.message_id, d.part, coalesce(cardinality(x.positions), 1) AS tf,
+       length(d.own || d.name) AS dl, x.lexeme = ANY(tsvector_to_array(d.name)) AS by_name,
+       x.lexeme = ANY(tsvector_to_array(d.own)) AS in_text
+FROM (SELECT m.id AS message_id, -1 AS part, m.fts AS own,
+             to_tsvector('english', coalesce(m.display_name, '')) AS name
+      FROM messages m WHERE m.user_id = $1
+      UNION ALL
+      SELECT p.message_id, p.idx, p.fts, to_tsvector('english', coalesce(m.display_name, ''))
+      FROM message_passages p JOIN messages m ON m.id = p.message_id
+      WHERE p.user_id = $1) AS d,
+     unnest(d.own || d.name) AS x
+"""
+
+
+async def postings(
+    pool: asyncpg.Pool, user_id: str, *, from_scratch: bool = False
+) -> set[tuple[Any, ...]]:
+    """The user's postings, kept (default) or computed from the stored rows."""
+    sql = POSTINGS_FROM_SCRATCH if from_scratch else POSTINGS
+    return {tuple(r) for r in await pool.fetch(sql, user_id)}

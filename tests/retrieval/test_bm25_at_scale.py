@@ -1,6 +1,6 @@
 """BM25 for a big user on real PostgreSQL: the per-user statistics of migration 0090
-follow every write, and the statement that reads only the matching turns ranks
-them as the full scan does."""
+and the postings of migration 0180 follow every write, and the statement that reads
+only the postings of the query's words ranks the turns as the full scan does."""
 
 from __future__ import annotations
 
@@ -15,11 +15,15 @@ from services.query.ranking.turns import EXACT
 from services.query.settings import QuerySettings
 from shared.embeddings import vector_index
 from tests.query.helpers import FixedEmbedder, auth, resolver_for, unit
-from tests.retrieval.helpers import T, add_turns
+from tests.retrieval.helpers import T, add_turns, postings
 from tests.support import running
 
 STATS = """
 SELECT speaker, turns, lexemes FROM message_text_stats WHERE user_id = $1 AND turns > 0
+"""
+SHAPES = "SELECT message_id, lexemes, asks FROM message_shapes WHERE user_id = $1"
+SHAPES_FROM_SCRATCH = """
+SELECT id, length(fts), content ~ '\\?\\s*$' FROM messages WHERE user_id = $1
 """
 COUNTED = """
 SELECT coalesce(display_name, '') AS speaker, count(*) AS turns, sum(length(fts)) AS lexemes
@@ -49,12 +53,16 @@ async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
 ) -> None:
     episode, ids = await add_turns(pool, user_id, TURNS)
     assert await _stats(pool, user_id, STATS) == await _stats(pool, user_id, COUNTED)
+    assert await postings(pool, user_id) == await postings(pool, user_id, from_scratch=True)
     async with pool.acquire() as conn:
         await conn.copy_records_to_table(
             "messages",
             records=[
                 (uuid.uuid4(), user_id, episode, "test", "chat-1", "user", name, text, AT)
-                for name, text in (("Ann", "copied pottery words"), (None, "no speaker here"))
+                for name, text in (
+                    ("Ann", "Ann copied pottery words"),
+                    (None, "no speaker here? \n"),
+                )
             ],
             columns=[
                 "event_id",
@@ -71,11 +79,31 @@ async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
     counted = await _stats(pool, user_id, COUNTED)
     assert await _stats(pool, user_id, STATS) == counted
     assert counted["Ann"][0] == 5 and counted[""][0] == 2
+    kept = await postings(pool, user_id)
+    assert kept == await postings(pool, user_id, from_scratch=True)
+    # a word of the speaker's name only, of the turn's own words only, of both
+    assert {(w, n, t) for w, _, _, _, _, n, t in kept if w in ("ann", "bob", "lee")} == {
+        ("ann", True, False),
+        ("ann", False, True),  # Bob's "Ann, your pottery ..."
+        ("ann", True, True),  # Ann's copied "Ann copied ..."
+        ("bob", True, False),
+        ("bob", False, True),  # Ann's "... with Bob", Ann Lee's "Bob Marley ..."
+        ("lee", True, False),
+    }
     await pool.execute("DELETE FROM messages WHERE id = ANY($1::bigint[])", ids[:3])
     counted = await _stats(pool, user_id, COUNTED)
     assert await _stats(pool, user_id, STATS) == counted and counted["Bob"][0] == 1
+    kept = await postings(pool, user_id)
+    assert kept == await postings(pool, user_id, from_scratch=True)
+    assert not {i for _, i, *_ in kept} & set(ids[:3])
+    # each turn's length and whether it asks (migration 0181)
+    shapes = {tuple(r) for r in await pool.fetch(SHAPES, user_id)}
+    assert shapes == {tuple(r) for r in await pool.fetch(SHAPES_FROM_SCRATCH, user_id)}
+    assert len(shapes) == len(TURNS) - 3 + 2 and sum(a for _, _, a in shapes) == 1
     await pool.execute("DELETE FROM users WHERE id = $1", user_id)  # erasure cascades
     assert await pool.fetch("SELECT 1 FROM message_text_stats WHERE user_id = $1", user_id) == []
+    assert await postings(pool, user_id) == set()
+    assert await pool.fetch(SHAPES, user_id) == []
 
 
 async def _lexical(pool: asyncpg.Pool, name: str, user_id: str, query: str) -> dict[int, float]:

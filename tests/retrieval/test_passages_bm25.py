@@ -1,6 +1,6 @@
 """BM25 over a long turn's passages on real PostgreSQL (``RankSpec.lexical_passages``,
-migrations 0160-0161): the per-user statistics follow every passage write and
-removal, the statement a big user's search runs ranks as the full scan does, and a
+migrations 0160-0161, 0180): the per-user statistics and the postings follow every
+passage write and removal, the statement a big user's search runs ranks as the full scan does, and a
 long turn scores its best passage's, found once."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from services.query.ranking.turns import EXACT
 from shared.embeddings import store
 from shared.embeddings.passages import split
 from tests.query.helpers import unit
-from tests.retrieval.helpers import T, add_turns
+from tests.retrieval.helpers import T, add_turns, postings
 
 STATS = """
 SELECT speaker, turns, lexemes, long_turns, long_lexemes, passages, passage_lexemes
@@ -80,13 +80,32 @@ async def test_passage_statistics_follow_writes_rewrites_deletes_and_erasure(
     assert counted["Bob"][2] == 2 and counted["Bob"][4] == len(split(LONG_WEATHER)) + len(
         split(LONG_POTTERY)
     )
+    kept = await postings(pool, user_id)
+    assert kept == await postings(pool, user_id, from_scratch=True)
+    # a long turn has its own postings and its passages'
+    assert {p for _, i, p, *_ in kept if i == ids[1]} == {-1, *range(len(split(LONG_WEATHER)))}
     await _write_passages(pool, user_id, ids)  # a rewrite replaces them
     assert await _stats(pool, user_id, STATS) == counted
+    assert await postings(pool, user_id) == kept
+    await pool.execute("DELETE FROM message_passages WHERE message_id = $1", ids[4])
+    assert await postings(pool, user_id) == await postings(pool, user_id, from_scratch=True)
+    assert {p for _, i, p, *_ in await postings(pool, user_id) if i == ids[4]} == {-1}
+    for query in ("pottery Thursday", "release checklist"):  # the turn read whole again
+        full = await _lexical(pool, "bm25_passages", user_id, query)
+        read = await _lexical(pool, "bm25_stats_passages", user_id, query)
+        assert ids[4] in read and set(read) <= set(full), query
+        assert all(abs(r - full[i]) < 1e-9 for i, r in read.items()), query
+    await _write_passages(pool, user_id, [ids[4]])
+    assert await postings(pool, user_id) == kept
     await pool.execute("DELETE FROM messages WHERE id = $1", ids[1])  # cascades to passages
     counted = await _stats(pool, user_id, COUNTED)
     assert await _stats(pool, user_id, STATS) == counted and counted["Bob"][2] == 1
+    kept = await postings(pool, user_id)
+    assert kept == await postings(pool, user_id, from_scratch=True)
+    assert not {i for _, i, *_ in kept} & {ids[1]}
     await pool.execute("DELETE FROM users WHERE id = $1", user_id)
     assert await pool.fetch("SELECT 1 FROM message_text_stats WHERE user_id = $1", user_id) == []
+    assert await postings(pool, user_id) == set()
 
 
 async def test_a_long_turn_scores_its_best_passage_and_the_big_users_statement_agrees(

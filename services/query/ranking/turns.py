@@ -7,9 +7,9 @@ What callers may rely on:
 - lexical candidates: ``ts_rank`` over the stored ``fts`` column, or BM25 over the
   user's own turns (k1 = 1.2, b = 0.5), a turn's speaker name counting as one
   of its words; both match any of the query's words (``sql.or_tsquery``). For a
-  user in the HNSW index searched with no filter, BM25 reads only the turns
-  holding a query word, the rest of its statistics kept per user and speaker
-  (``message_text_stats``, migration 0090);
+  user in the HNSW index searched with no filter, BM25 reads only the postings
+  of the query's words (``message_postings``, migration 0180), the rest of its
+  statistics kept per user and speaker (``message_text_stats``, migration 0090);
 - semantic candidates: ``ready`` rows by cosine distance to the query vector; a
   user with few embedded rows is scanned exactly, a large one walks the HNSW
   index of migration 0010 (``embedding::halfvec(D)``, ``sql.hnsw_walk``), so
@@ -123,6 +123,52 @@ hit AS (
 ),
 """
 
+# BM25 for a big user from the postings of the query's words (migration 0180):
+# ``documents`` picks the postings of the corpus's documents (turns, or turns
+# without passages and passages), ``speakers`` its counts per speaker
+# (message_text_stats). A document is found when a query word is one of its own
+# words (``in_text``); its postings of the query's words, its speaker's name's
+# too, are its hits; a word's document frequency counts the documents holding it
+# in their own words but not in their speaker's name, and every turn (passage) of
+# a speaker whose name holds it. The words are one array (``= ANY``): the planner
+# then walks the primary key once per word (index only) where a join with
+# ``qterms`` had it hash a third of the table.
+_BM25_STATS = """
+qterms AS MATERIALIZED (
+    SELECT DISTINCT w AS lexeme
+    FROM unnest(tsvector_to_array(to_tsvector('english', $2::text))) AS w
+),
+speakers AS MATERIALIZED (
+    SELECT s.speaker, {speakers}, tsvector_to_array(to_tsvector('english', s.speaker)) AS words
+    FROM message_text_stats s
+    WHERE s.user_id = $1
+),
+corpus AS MATERIALIZED (
+    SELECT sum(turns)::float8 AS n,
+           greatest(sum(lexemes + turns * cardinality(words)) / greatest(sum(turns), 1),
+                    1)::float8 AS avgdl
+    FROM speakers
+),
+posted AS MATERIALIZED (
+    SELECT p.message_id AS id, p.part, p.lexeme, p.tf, p.dl, p.by_name, p.in_text
+    FROM message_postings p
+    WHERE p.user_id = $1 AND p.lexeme = ANY(ARRAY(SELECT lexeme FROM qterms)) AND {documents}
+),
+hit AS MATERIALIZED (
+    SELECT h.id, h.part, h.dl, h.lexeme, h.tf, h.by_name
+    FROM posted h
+    WHERE (h.id, h.part) IN (SELECT f.id, f.part FROM posted f WHERE f.in_text)
+),
+terms AS MATERIALIZED (
+    SELECT t.lexeme,
+           (count(h.id) FILTER (WHERE NOT h.by_name)
+            + (SELECT coalesce(sum(s.turns), 0) FROM speakers s WHERE t.lexeme = ANY(s.words))
+           )::float8 AS df
+    FROM qterms t LEFT JOIN hit h ON h.lexeme = t.lexeme
+    GROUP BY t.lexeme
+),
+"""
+
 _LEXICAL = {
     "ts_rank": """
 lexical AS (
@@ -140,100 +186,32 @@ lexical AS (
     "bm25": _BM25_TURNS + _BM25 + _BM25_RANKED,
     # the same over documents that are a long turn's passages (``lexical_passages``)
     "bm25_passages": _BM25_PASSAGES + _BM25 + _BM25_RANKED,
-    # The same BM25 for a big user, searched with no filter, reading only the turns
-    # that hold a query word: the corpus (turns, their mean length) and the turns a
-    # speaker's name brings to a word's document frequency come from
-    # message_text_stats (migration 0090), the rest of each word's from the turns
-    # read. Ranks equal the statement above's but for two things: a turn that holds
-    # none of the query's words in its content (only its speaker's name) is no
-    # candidate here, and the mean length counts a speaker's name beside their
-    # words even in a turn that names its own speaker (one word more, once).
-    "bm25_stats": """
-qterms AS MATERIALIZED (
-    SELECT DISTINCT w AS lexeme
-    FROM unnest(tsvector_to_array(to_tsvector('english', $2::text))) AS w
-),
-speakers AS MATERIALIZED (
-    SELECT s.speaker, s.turns, s.lexemes, n.v, tsvector_to_array(n.v) AS words
-    FROM message_text_stats s
-         CROSS JOIN LATERAL (SELECT to_tsvector('english', s.speaker) AS v) AS n
-    WHERE s.user_id = $1
-),
-corpus AS MATERIALIZED (
-    SELECT sum(turns)::float8 AS n,
-           greatest(sum(lexemes + turns * cardinality(words)) / greatest(sum(turns), 1),
-                    1)::float8 AS avgdl
-    FROM speakers
-),
-hit AS MATERIALIZED (
-    SELECT d.id, 0 AS part, length(d.v) AS dl, x.lexeme,
-           coalesce(cardinality(x.positions), 1) AS tf, x.lexeme = ANY(d.words) AS by_name
-    FROM (SELECT m.id, s.words, m.fts || s.v AS v
-          FROM messages m CROSS JOIN q
-               JOIN speakers s ON s.speaker = coalesce(m.display_name, '')
-          WHERE m.user_id = $1 AND q.tsq IS NOT NULL AND m.fts @@ q.tsq) AS d,
-         unnest(d.v) AS x
-    WHERE x.lexeme IN (SELECT lexeme FROM qterms)
-),
-terms AS MATERIALIZED (
-    SELECT t.lexeme,
-           (count(h.id) FILTER (WHERE NOT h.by_name)
-            + (SELECT coalesce(sum(s.turns), 0) FROM speakers s WHERE t.lexeme = ANY(s.words))
-           )::float8 AS df
-    FROM qterms t LEFT JOIN hit h ON h.lexeme = t.lexeme
-    GROUP BY t.lexeme
-),
-"""
+    # The same BM25 for a big user, searched with no filter, reading only the
+    # postings of the query's words (message_postings, migration 0180: per user and
+    # word, each document holding it with its tf and length): the corpus (turns,
+    # their mean length) and the turns a speaker's name brings to a word's document
+    # frequency come from message_text_stats (migration 0090), the rest of each
+    # word's from its postings. Ranks equal the statement above's but for two
+    # things: a turn that holds none of the query's words in its content (only its
+    # speaker's name) is no candidate here, and the mean length counts a speaker's
+    # name beside their words even in a turn that names its own speaker (one word
+    # more, once).
+    "bm25_stats": _BM25_STATS.format(
+        speakers="s.turns AS turns, s.lexemes AS lexemes", documents="p.part = -1"
+    )
     + _BM25_RANKED,
     # ... and over a long turn's passages instead of the turn (``lexical_passages``):
     # the corpus counts the turns without passages and the passages (migration
-    # 0161 keeps their numbers beside the turns'), the documents read are those
-    # holding a query word: such turns (fts GIN of messages) and such passages
-    # (fts GIN of message_passages). Ranks equal "bm25_passages"' but for the same
-    # two things as above.
-    "bm25_stats_passages": """
-qterms AS MATERIALIZED (
-    SELECT DISTINCT w AS lexeme
-    FROM unnest(tsvector_to_array(to_tsvector('english', $2::text))) AS w
-),
-speakers AS MATERIALIZED (
-    SELECT s.speaker, s.turns - s.long_turns + s.passages AS turns,
-           s.lexemes - s.long_lexemes + s.passage_lexemes AS lexemes,
-           n.v, tsvector_to_array(n.v) AS words
-    FROM message_text_stats s
-         CROSS JOIN LATERAL (SELECT to_tsvector('english', s.speaker) AS v) AS n
-    WHERE s.user_id = $1
-),
-corpus AS MATERIALIZED (
-    SELECT sum(turns)::float8 AS n,
-           greatest(sum(lexemes + turns * cardinality(words)) / greatest(sum(turns), 1),
-                    1)::float8 AS avgdl
-    FROM speakers
-),
-hit AS MATERIALIZED (
-    SELECT d.id, d.part, length(d.v) AS dl, x.lexeme,
-           coalesce(cardinality(x.positions), 1) AS tf, x.lexeme = ANY(d.words) AS by_name
-    FROM (SELECT m.id, 0 AS part, s.words, m.fts || s.v AS v
-          FROM messages m CROSS JOIN q
-               JOIN speakers s ON s.speaker = coalesce(m.display_name, '')
-          WHERE m.user_id = $1 AND q.tsq IS NOT NULL AND m.fts @@ q.tsq
-            AND NOT EXISTS (SELECT 1 FROM message_passages p WHERE p.message_id = m.id)
-          UNION ALL
-          SELECT p.message_id, p.idx, s.words, p.fts || s.v
-          FROM message_passages p CROSS JOIN q JOIN speakers s ON s.speaker = p.speaker
-          WHERE p.user_id = $1 AND q.tsq IS NOT NULL AND p.fts @@ q.tsq) AS d,
-         unnest(d.v) AS x
-    WHERE x.lexeme IN (SELECT lexeme FROM qterms)
-),
-terms AS MATERIALIZED (
-    SELECT t.lexeme,
-           (count(h.id) FILTER (WHERE NOT h.by_name)
-            + (SELECT coalesce(sum(s.turns), 0) FROM speakers s WHERE t.lexeme = ANY(s.words))
-           )::float8 AS df
-    FROM qterms t LEFT JOIN hit h ON h.lexeme = t.lexeme
-    GROUP BY t.lexeme
-),
-"""
+    # 0161 keeps their numbers beside the turns'), the postings read are those of
+    # the passages and of the turns that have none (a probe of message_passages'
+    # key per turn posting read). Ranks equal "bm25_passages"' but for the same two
+    # things as above.
+    "bm25_stats_passages": _BM25_STATS.format(
+        speakers="s.turns - s.long_turns + s.passages AS turns, "
+        "s.lexemes - s.long_lexemes + s.passage_lexemes AS lexemes",
+        documents="(p.part >= 0 OR NOT EXISTS (SELECT 1 FROM message_passages q "
+        "WHERE q.message_id = p.message_id))",
+    )
     + _BM25_RANKED,
 }
 
@@ -322,13 +300,20 @@ semantic AS MATERIALIZED (
     LIMIT $8
 )"""
 
+# A turn's length and whether it asks are read from message_shapes (migration
+# 0181: computed as the turn was stored), not from its words and content (reading
+# those detoasts a long turn's: ~4,000 a query at 10,000 BEAM turns); from the turn
+# where it has no row.
 _NEAR = """
 LEFT JOIN LATERAL (
     SELECT array_agg(n.id ORDER BY n.occurred_at {desc}, n.id {desc}) AS ids,
            array_agg(n.occurred_at ORDER BY n.occurred_at {desc}, n.id {desc}) AS ats,
            array_agg(n.who ORDER BY n.occurred_at {desc}, n.id {desc}) AS whos,
            array_agg(n.len ORDER BY n.occurred_at {desc}, n.id {desc}) AS lens
-    FROM (SELECT m.id, m.occurred_at, {who} AS who, length(m.fts) AS len FROM messages m
+    FROM (SELECT m.id, m.occurred_at, {who} AS who,
+                 coalesce((SELECT s.lexemes FROM message_shapes s
+                           WHERE s.user_id = $1 AND s.message_id = m.id), length(m.fts)) AS len
+          FROM messages m
           WHERE m.episode_id = t.episode_id AND m.user_id = $1
             AND (m.occurred_at, m.id) {cmp} (t.occurred_at, t.id) {filters}
           ORDER BY m.occurred_at {desc}, m.id {desc}
@@ -348,7 +333,8 @@ candidates AS (
           SELECT id, NULL, NULL, dist, pos FROM semantic) AS c
     GROUP BY id
 )
-SELECT c.*, t.occurred_at, t.content ~ '\\?\\s*$' AS asks, length(t.fts) AS len,
+SELECT c.*, t.occurred_at, coalesce(ts.asks, t.content ~ '\\?\\s*$') AS asks,
+       coalesce(ts.lexemes, length(t.fts)) AS len,
        {t_who} AS who,
        coalesce(to_tsvector('english', coalesce(t.display_name, '')) @@ q.tsq, false) AS named,
        CASE WHEN $3::vector IS NOT NULL AND t.embedding_state = 'ready'
@@ -359,6 +345,7 @@ SELECT c.*, t.occurred_at, t.content ~ '\\?\\s*$' AS asks, length(t.fts) AS len,
        bef.lens AS before_lens, aft.ids AS after_ids, aft.ats AS after_ats,
        aft.whos AS after_whos, aft.lens AS after_lens
 FROM candidates c JOIN messages t ON t.id = c.id AND t.user_id = $1 CROSS JOIN q
+     LEFT JOIN message_shapes ts ON ts.user_id = $1 AND ts.message_id = t.id
 {before}
 {after}
 """
