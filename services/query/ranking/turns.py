@@ -98,7 +98,8 @@ doc AS (
     SELECT m.id, 0 AS part, m.fts || to_tsvector('english', coalesce(m.display_name, '')) AS v
     FROM messages m
     WHERE m.user_id = $1 {filters}
-      AND NOT EXISTS (SELECT 1 FROM message_passages p WHERE p.message_id = m.id)
+      AND NOT EXISTS (SELECT 1 FROM message_passages p
+                        WHERE p.user_id = m.user_id AND p.message_id = m.id)
     UNION ALL
     SELECT m.id, p.idx, p.fts || to_tsvector('english', coalesce(m.display_name, ''))
     FROM message_passages p JOIN messages m ON m.id = p.message_id AND m.user_id = $1
@@ -217,7 +218,8 @@ hit AS MATERIALIZED (
           FROM messages m CROSS JOIN q
                JOIN speakers s ON s.speaker = coalesce(m.display_name, '')
           WHERE m.user_id = $1 AND q.tsq IS NOT NULL AND m.fts @@ q.tsq
-            AND NOT EXISTS (SELECT 1 FROM message_passages p WHERE p.message_id = m.id)
+            AND NOT EXISTS (SELECT 1 FROM message_passages p
+                        WHERE p.user_id = m.user_id AND p.message_id = m.id)
           UNION ALL
           SELECT p.message_id, p.idx, s.words, p.fts || s.v
           FROM message_passages p CROSS JOIN q JOIN speakers s ON s.speaker = p.speaker
