@@ -2,13 +2,14 @@
 
     python -m bench.scale --series one  --sizes 10000,100000,1000000
     python -m bench.scale --series many --totals 1000000,5000000
-    python -m bench.scale ... --layouts single      # only the tables before migration 0150
+    python -m bench.scale ... --layouts single      # only the tables before migration 0170
 
-Each layout (``single``: the tables as before migration 0150; ``partitioned``: hash
-partitions by user) gets its own embedded PostgreSQL, filled with the same rows;
-every measurement alternates between them query by query, so both see the same
-machine load (one Redis takes ingest's publishes). Migration 0150 and the code that goes
-with it live on branch ``partitions-0150``; without it only ``--layouts single`` runs.
+Each layout (``single``: the tables as before migration 0170; ``partitioned``: hash
+partitions by user, migration 0170) gets its own embedded PostgreSQL, filled with the
+same rows; every measurement alternates between them query by query, so both see the
+same machine load (one Redis takes ingest's publishes). ``--migrate`` applies 0170 at the
+end to the single-table database as it stands and times it (the pause an existing
+deployment of that size takes). Every measurement records the load average beside it.
 Two series:
 
 - ``one``: users of growing size, added one per step (``--sizes`` 10k, 100k, 1M: the
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import shutil
 import signal
@@ -83,9 +85,8 @@ from shared.streams import Publisher
 
 DIM = 384
 TURNS_PER_EPISODE = 50
-PARTITIONED_FROM = 150  # first migration of the partitioned layout (0150)
-# Whether this checkout has it (branch partitions-0150): else only --layouts single runs.
-PARTITIONED = any(MIGRATIONS_DIR.glob("0150_*.sql"))
+PARTITIONED_FROM = 170  # first migration of the partitioned layout (0170)
+PARTITIONED = any(MIGRATIONS_DIR.glob("0170_*.sql"))
 REGULAR, HEAVY = 2_000, 20_000
 HEAVY_SHARE = 0.1
 MODEL = "synthetic"
@@ -95,6 +96,11 @@ MAINTENANCE_MEM = "2GB"
 
 def log(msg: str) -> None:
     print(f"[{datetime.now(UTC):%H:%M:%S}] {msg}", flush=True)
+
+
+def load() -> float:
+    """The 1-minute load average: noted beside every number (2 shared cores)."""
+    return round(os.getloadavg()[0], 1)
 
 
 class Synth:
@@ -400,6 +406,7 @@ async def measure_reads(
     """Search and context for ``user`` in every database, interleaved query by query
     (the order of the databases alternates), so the machine's load falls on each alike."""
     queries = [synth.query() for _ in range(n)]
+    load_before = load()
     search_s: dict[str, list[float]] = {db.layout: [] for db in dbs}
     context_s: dict[str, list[float]] = {db.layout: [] for db in dbs}
     hits: dict[str, list[int]] = {db.layout: [] for db in dbs}
@@ -423,6 +430,7 @@ async def measure_reads(
             "search": {k: round(v, 2) for k, v in percentiles(search_s[db.layout]).items()},
             "search_fewest_hits": min(hits[db.layout]),
             "context": {k: round(v, 2) for k, v in percentiles(context_s[db.layout]).items()},
+            "load_avg": [load_before, load()],
         }
         for db in dbs
     }
@@ -430,7 +438,7 @@ async def measure_reads(
 
 async def measure_ingest(
     dbs: list[Db], publisher: Publisher, data: Data, users: list[str], synth: Synth, turns: int
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, Any]]:
     """``store_turns`` batches of 50 turns of ``users`` (new chats, so new episodes),
     the same batches in every database, alternating."""
     texts = synth.texts(turns)
@@ -452,6 +460,7 @@ async def measure_ingest(
             )
         batches.append(batch)
     window = timedelta(hours=1)
+    load_before = load()
     per_batch: dict[str, list[float]] = {db.layout: [] for db in dbs}
     for i, batch in enumerate(batches):
         for db in dbs if i % 2 == 0 else dbs[::-1]:
@@ -471,6 +480,7 @@ async def measure_ingest(
             "turns_per_s": round(n / sum(per_batch[db.layout]), 1),
             "batch_p50_ms": round(p["p50_ms"], 1),
             "batch_p95_ms": round(p["p95_ms"], 1),
+            "load_avg": [load_before, load()],
         }
     return out
 
@@ -494,7 +504,7 @@ async def open_db(layout: str, pg: EmbeddedPostgres, tmp: Path) -> Db:
         "SELECT relkind = 'p' FROM pg_class WHERE oid = 'messages'::regclass"
     )
     if layout == "single" and PARTITIONED:
-        # with 0150, ingest's conflict targets name the user: give the old tables the
+        # with 0170, ingest's conflict targets name the user: give the old tables the
         # unique keys they name (two small btrees; messages itself is as before)
         await conn.execute(
             "CREATE UNIQUE INDEX ON episodes (user_id, id);"
@@ -511,11 +521,11 @@ COUNTS = "SELECT (SELECT count(*) FROM messages) AS m, (SELECT count(*) FROM epi
 
 
 async def migrate_in_place(db: Db, tmp: Path) -> dict[str, Any]:
-    """Migration 0150 on the single-table database as it stands: the pause an existing
+    """Migration 0170 on the single-table database as it stands: the pause an existing
     deployment of this size takes (every write and read of the three tables waits)."""
     before = await db.pool.fetchrow(COUNTS)
     assert before is not None
-    log(f"  [single] applying 0150 to {before['m']:,} turns, {before['e']:,} episodes ...")
+    log(f"  [single] applying 0170 to {before['m']:,} turns, {before['e']:,} episodes ...")
     await db.pool.execute(
         "DROP INDEX IF EXISTS episodes_user_id_id_idx; "
         "DROP INDEX IF EXISTS episode_closes_user_id_event_id_idx"
@@ -523,6 +533,7 @@ async def migrate_in_place(db: Db, tmp: Path) -> dict[str, Any]:
     conn = await db.pool.acquire()
     try:
         await conn.execute(f"SET maintenance_work_mem = '{MAINTENANCE_MEM}'")
+        load_before = load()
         t = time.perf_counter()
         applied = await migrate(conn, embedding_dim=DIM, directory=MIGRATIONS_DIR)
         took = time.perf_counter() - t
@@ -540,6 +551,7 @@ async def migrate_in_place(db: Db, tmp: Path) -> dict[str, Any]:
         "episodes": before["e"],
         "rows_kept": before["m"] == after["m"] and before["e"] == after["e"],
         "messages_partitions": parts,
+        "load_avg": [load_before, load()],
     }
     log(f"  [single] migrated: {out}")
     return out
@@ -601,7 +613,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     log(
                         f"    [{layout}] search p50 {r['search']['p50_ms']} p95 "
                         f"{r['search']['p95_ms']} ms, context p50 {r['context']['p50_ms']} "
-                        f"p95 {r['context']['p95_ms']} ms"
+                        f"p95 {r['context']['p95_ms']} ms (load {r['load_avg']})"
                     )
             point["ingest"] = await measure_ingest(dbs, publisher, data, probes, synth, args.ingest)
             log(f"    ingest {point['ingest']}")
@@ -622,7 +634,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.migrate and "single" in args.layouts and PARTITIONED:
             single = next(db for db in dbs if db.layout == "single")
             report = _report(args, points)
-            report["migration_0150"] = await migrate_in_place(single, tmp)
+            report["migration_0170"] = await migrate_in_place(single, tmp)
             write_result(args.out, report)
             points_report = report
         else:
@@ -669,7 +681,7 @@ def main() -> None:
         "--layouts",
         type=lambda s: s.split(","),
         default=["single", "partitioned"] if PARTITIONED else ["single"],
-        help="single (migrations before 0150), partitioned (all), or both, side by side",
+        help="single (migrations before 0170), partitioned (all), or both, side by side",
     )
     parser.add_argument("--out", default=None, help="result name (bench/results/NAME.json)")
     parser.add_argument(
@@ -682,7 +694,7 @@ def main() -> None:
     parser.add_argument("--ingest", type=int, default=1_000, help="turns stored per point")
     parser.add_argument("--shared-buffers", default="2GB")
     parser.add_argument(
-        "--migrate", action="store_true", help="at the end, time migration 0150 on single"
+        "--migrate", action="store_true", help="at the end, time migration 0170 on single"
     )
     parser.add_argument("--tmp", default=None, help="where the databases live")
     parser.add_argument("--maintenance-mem", default=MAINTENANCE_MEM, help="for index builds")

@@ -101,6 +101,9 @@ JOIN information_schema.tables t
   ON t.table_schema = c.table_schema AND t.table_name = c.table_name
 WHERE c.table_schema = current_schema() AND c.column_name = 'user_id'
   AND t.table_type = 'BASE TABLE'
+  -- a partition's rows are its partitioned table's (migration 0170)
+  AND NOT (SELECT r.relispartition FROM pg_class r
+           WHERE r.oid = format('%I.%I', c.table_schema, c.table_name)::regclass)
 ORDER BY c.table_name
 """
 
@@ -152,12 +155,15 @@ class Table:
     left_out: list[str]  # stored columns that stay behind (generated, vectors, secrets)
     primary_key: list[str]
     foreign_keys: list[ForeignKey] = field(default_factory=list)
+    # what names a row across users: the primary key, or for a key (user_id, id) of a
+    # generated or uuid id (the partitioned tables, migration 0170) the id alone
+    row_key: list[str] = field(default_factory=list)
 
     @property
     def identity(self) -> str | None:
-        """The primary key column the target gives anew (remapped), if any."""
-        if len(self.primary_key) == 1 and self.primary_key[0] not in self.insertable:
-            return self.primary_key[0]
+        """The row's id column the target gives anew (remapped), if any."""
+        if len(self.row_key) == 1 and self.row_key[0] not in self.insertable:
+            return self.row_key[0]
         return None
 
     @property
@@ -194,11 +200,27 @@ async def describe(conn: Conn) -> list[Table]:
         }
         not_null = {c["name"] for c in columns[name] if c["not_null"]}
         left_out = [c["name"] for c in columns[name] if c["name"] not in cols]
-        tables[name] = Table(name, cols, insertable, not_null, left_out, keys.get(name, []))
+        pk = keys.get(name, [])
+        own = [k for k in pk if k != "user_id"]
+        types = {c["name"]: c for c in columns[name]}
+        row_key = (
+            own
+            if len(pk) == 2
+            and len(own) == 1
+            and (types[own[0]]["type"] == "uuid" or types[own[0]]["identity_always"])
+            else pk
+        )
+        tables[name] = Table(name, cols, insertable, not_null, left_out, pk, row_key=row_key)
     for r in await conn.fetch(_FOREIGN_KEYS, names):
-        if r["ref_table"] in tables and len(r["columns"]) == 1:
+        if r["ref_table"] not in tables:
+            continue
+        pairs = [
+            (c, rc) for c, rc in zip(r["columns"], r["ref_columns"], strict=True) if c != "user_id"
+        ]
+        # (user_id, x) -> (user_id, y): the user is the importing one; x points at y
+        if len(pairs) == 1 and len(r["columns"]) - len(pairs) in (0, 1):
             tables[r["table_name"]].foreign_keys.append(
-                ForeignKey(r["columns"][0], r["ref_table"], r["ref_columns"][0])
+                ForeignKey(pairs[0][0], r["ref_table"], pairs[0][1])
             )
     return _in_import_order(tables)
 
@@ -456,7 +478,7 @@ async def _insert(
     natural = NATURAL_KEYS.get(table.name)
     # the ids (or, for ids given anew, the natural keys) travel: refuse those another
     # user already holds here
-    keys = [natural] if table.identity is not None and natural else table.primary_key
+    keys = [natural] if table.identity is not None and natural else table.row_key
     if keys and owner not in keys:
         on = " AND ".join(f"t.{k} = r.{k}" for k in keys)
         taken = await conn.fetchval(
@@ -471,7 +493,7 @@ async def _insert(
                 f"archive: {taken} row(s) of {table.name} have ids that belong to another "
                 "user here; import into another deployment, or as the archive's own user"
             )
-    returning = table.identity or (table.primary_key[0] if table.primary_key else None)
+    returning = table.identity or (table.row_key[0] if table.row_key else None)
     if table.identity is not None and natural is None:
         # no key to recognise a row by (the audit log): skip rows equal to one there
         sql = f"""

@@ -222,3 +222,207 @@ async def test_0110_merges_live_duplicates_and_moves_confidence_to_0_1(infra, tm
                 "INSERT INTO memory_items (user_id, type, content) "
                 "VALUES ('tim', 'fact', 'LIKES TEA')"
             )
+
+
+PARTITIONED = {  # table: its primary key after 0170
+    "messages": "PRIMARY KEY (user_id, id)",
+    "memory_items": "PRIMARY KEY (user_id, id)",
+    "episodes": "PRIMARY KEY (user_id, id)",
+    "message_passages": "PRIMARY KEY (user_id, message_id, idx)",
+}
+
+
+async def test_0170_partitions_an_existing_database_by_user_and_keeps_every_row(infra, tmp_path):
+    """A database from before 0170, with rows in every table it touches: after it,
+    messages, memory_items, episodes and message_passages are 16 hash partitions by
+    user with every index on each partition, no row lost, ids kept (and new ones above
+    them), and every key and foreign key carrying the user: the same event of another
+    user is another turn, a turn cannot point at another user's episode, deletes still
+    cascade or null, erasing a user removes every row of theirs."""
+    old = tmp_path / "old"
+    shutil.copytree(MIGRATIONS_DIR, old)
+    for later in old.glob("*.sql"):
+        if later.name >= "0170":
+            later.unlink()
+    e_tim, e_ana, event = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    vec = "(array_fill(0.1, ARRAY[384]))::vector"
+    async with fresh_database(infra) as conn:
+        await migrate(conn, embedding_dim=384, directory=old)
+        await conn.execute("INSERT INTO users (id) VALUES ('tim'), ('ana')")
+        await conn.execute(
+            "INSERT INTO episodes (id, user_id, provider, chat_id, started_at, last_active_at) "
+            "VALUES ($1, 'tim', 'p', 'c', now(), now()), ($2, 'ana', 'p', 'c', now(), now())",
+            e_tim,
+            e_ana,
+        )
+        ids = [
+            await conn.fetchval(
+                "INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, "
+                "content, occurred_at) VALUES ($1, $2, $3, 'p', 'c', 'user', $4, now()) "
+                "RETURNING id",
+                ev,
+                user,
+                ep,
+                text,
+            )
+            for ev, user, ep, text in [
+                (event, "tim", e_tim, "I moved to Lisbon"),
+                (uuid.uuid4(), "tim", e_tim, "the cat is called Miso"),
+                (uuid.uuid4(), "ana", e_ana, "hello"),
+            ]
+        ]
+        for message_id, user, k in [(ids[1], "tim", 0), (ids[1], "tim", 1), (ids[2], "ana", 0)]:
+            await conn.execute(
+                "INSERT INTO message_passages (message_id, idx, user_id, start_char, end_char, "
+                f"embedding, fts, speaker, turn_lexemes) VALUES ($1, $2, $3, 0, 5, {vec}, "
+                "to_tsvector('english', 'the cat'), '', 2)",
+                message_id,
+                k,
+                user,
+            )
+        first = await conn.fetchval(
+            "INSERT INTO memory_items (user_id, type, content, source_message_id, episode_id) "
+            "VALUES ('tim', 'fact', 'Lives in Lisbon', $1, $2) RETURNING id",
+            ids[0],
+            e_tim,
+        )
+        second = await conn.fetchval(
+            "INSERT INTO memory_items (user_id, type, content, superseded_by, superseded_at) "
+            "VALUES ('tim', 'fact', 'Lives in Porto', $1, now()) RETURNING id",
+            first,
+        )
+        observation = await conn.fetchval(
+            "INSERT INTO memory_items (user_id, type, category, key, content) "
+            "VALUES ('tim', 'observation', 'observation', 'seed:x', 'Tim moves a lot') "
+            "RETURNING id"
+        )
+        await conn.execute(
+            "INSERT INTO observation_evidence (observation_id, memory_id, user_id) "
+            "VALUES ($1, $2, 'tim'), ($1, $3, 'tim')",
+            observation,
+            first,
+            second,
+        )
+        await conn.execute(
+            "INSERT INTO fact_reviews (user_id, episode_id, content, reason) "
+            "VALUES ('tim', $1, 'maybe', 'low confidence')",
+            e_tim,
+        )
+        await conn.execute("INSERT INTO people (user_id, name) VALUES ('tim', 'Miso')")
+        await conn.execute(
+            "INSERT INTO episode_closes (event_id, user_id, provider, chat_id, closed_at) "
+            "VALUES ($1, 'tim', 'p', 'c', now())",
+            uuid.uuid4(),
+        )
+        stats = await conn.fetch("SELECT * FROM message_text_stats ORDER BY user_id, speaker")
+        before = {
+            t: await conn.fetch(f"SELECT * FROM {t} ORDER BY 1, 2")
+            for t in [*PARTITIONED, "observation_evidence", "fact_reviews", "people"]
+        }
+
+        applied = await migrate(conn, embedding_dim=384)
+        assert applied[0] == "0170_partition_by_user"
+
+        for table, pk in PARTITIONED.items():
+            kind = await conn.fetchval(
+                "SELECT relkind::text FROM pg_class WHERE oid = $1::regclass", table
+            )
+            assert kind == "p", table
+            leaves = await conn.fetchval(
+                "SELECT count(*) FROM pg_partition_tree($1::regclass) WHERE isleaf", table
+            )
+            assert leaves == 16
+            # every index of the parent is on every partition (HNSW, GIN, trigram, btree)
+            parent, leaf = await conn.fetchrow(
+                "SELECT (SELECT count(*) FROM pg_index WHERE indrelid = $1::regclass), "
+                "(SELECT count(*) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+                " WHERE x.indrelid = ($1 || '_p07')::regclass AND i.relkind = 'i')",
+                table,
+            )
+            assert parent == leaf >= 4, table
+            got = await conn.fetchval(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                "WHERE conrelid = $1::regclass AND contype = 'p'",
+                table,
+            )
+            assert got == pk
+            assert await conn.fetch(f"SELECT * FROM {table} ORDER BY 1, 2") == before[table]
+        for table in ("observation_evidence", "fact_reviews", "people"):
+            assert await conn.fetch(f"SELECT * FROM {table} ORDER BY 1, 2") == before[table]
+        # every unique key and foreign key of a per-user table names the user
+        loose = await conn.fetch(
+            """
+            SELECT conrelid::regclass::text AS t, conname, pg_get_constraintdef(oid) AS def
+            FROM pg_constraint c
+            WHERE contype IN ('p', 'u', 'f') AND conrelid::regclass::text = ANY($1::text[])
+              AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.conrelid
+                              AND a.attnum = ANY(c.conkey) AND a.attname = 'user_id')
+            """,
+            [*PARTITIONED, "observation_evidence", "fact_reviews", "people", "episode_closes"],
+        )
+        assert [dict(r) for r in loose] == []
+        for table in ("messages", "message_passages", "memory_items"):
+            hnsw = await conn.fetchval(
+                "SELECT count(*) FROM pg_indexes WHERE tablename LIKE $1 || '_p%' "
+                "AND indexdef LIKE '%USING hnsw%'",
+                table,
+            )
+            assert hnsw == 16, table
+        trgm = await conn.fetchval(
+            "SELECT count(*) FROM pg_indexes WHERE tablename LIKE 'memory_items_p%' "
+            "AND indexdef LIKE '%gin_trgm_ops%'"
+        )
+        assert trgm == 16
+        assert [r["id"] for r in await conn.fetch("SELECT id FROM messages ORDER BY id")] == ids
+        after = await conn.fetch("SELECT * FROM message_text_stats ORDER BY user_id, speaker")
+        assert after == stats
+
+        # the same platform event: refused again for tim, another turn for ana
+        insert = (
+            "INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, "
+            "content, occurred_at) VALUES ($1, $2, $3, 'p', 'c', 'user', 'again', now()) "
+            "RETURNING id"
+        )
+        with pytest.raises(asyncpg.UniqueViolationError):
+            await conn.fetchval(insert, event, "tim", e_tim)
+        new_id = await conn.fetchval(insert, event, "ana", e_ana)
+        assert new_id > max(ids)
+        assert (
+            await conn.fetchval("SELECT turns FROM message_text_stats WHERE user_id = 'ana'") == 2
+        )
+        # a turn of ana's in tim's episode, ana's passage of tim's turn: the keys hold the user
+        with pytest.raises(asyncpg.ForeignKeyViolationError):
+            await conn.fetchval(insert, uuid.uuid4(), "ana", e_tim)
+        with pytest.raises(asyncpg.ForeignKeyViolationError):
+            await conn.execute(
+                "INSERT INTO message_passages (message_id, idx, user_id, start_char, end_char, "
+                f"embedding, fts) VALUES ($1, 5, 'ana', 0, 5, {vec}, ''::tsvector)",
+                ids[0],
+            )
+
+        # ON DELETE SET NULL nulls only the reference, never the user
+        await conn.execute("DELETE FROM messages WHERE id = $1", ids[0])
+        assert (
+            await conn.fetchval("SELECT source_message_id FROM memory_items WHERE id = $1", first)
+            is None
+        )
+        await conn.execute("DELETE FROM memory_items WHERE id = $1", first)
+        assert await conn.fetchval(
+            "SELECT superseded_by IS NULL AND user_id = 'tim' FROM memory_items WHERE id = $1",
+            second,
+        )
+        assert await conn.fetchval("SELECT count(*) FROM observation_evidence") == 1
+        # erasing a user cascades through every partitioned table and what hangs off them
+        await conn.execute("DELETE FROM users WHERE id = 'tim'")
+        for table in (
+            *PARTITIONED,
+            "fact_reviews",
+            "people",
+            "episode_closes",
+            "observation_evidence",
+        ):
+            assert await conn.fetchval(f"SELECT count(*) FROM {table} WHERE user_id = 'tim'") == 0
+        assert await conn.fetchval("SELECT count(*) FROM messages WHERE user_id = 'ana'") == 2
+        assert await conn.fetchval("SELECT count(*) FROM message_passages") == 1
+        tim_stats = "SELECT turns FROM message_text_stats WHERE user_id = 'tim'"
+        assert await conn.fetchval(tim_stats) in (None, 0)

@@ -94,10 +94,11 @@ ORDER BY created_at, id
 OBSERVATIONS = """
 SELECT o.id, o.key, o.content, o.data,
        coalesce(array_agg(e.memory_id) FILTER (WHERE e.memory_id IS NOT NULL), '{}') AS evidence
-FROM memory_items o LEFT JOIN observation_evidence e ON e.observation_id = o.id
+FROM memory_items o
+     LEFT JOIN observation_evidence e ON e.user_id = o.user_id AND e.observation_id = o.id
 WHERE o.user_id = $1 AND o.type = 'observation' AND o.status = 'active'
   AND o.superseded_at IS NULL
-GROUP BY o.id
+GROUP BY o.user_id, o.id  -- the primary key (migration 0170): the other columns follow
 """
 
 ADD_EVIDENCE = """
@@ -117,8 +118,8 @@ WHERE user_id = $1 AND type NOT IN ('observation', 'episode') AND status = 'acti
 COMPACT = f"""
 WITH victims AS (
     SELECT m.id, (SELECT e.observation_id FROM observation_evidence e
-                  JOIN memory_items o ON o.id = e.observation_id
-                  WHERE e.memory_id = m.id AND o.status = 'active'
+                  JOIN memory_items o ON o.user_id = e.user_id AND o.id = e.observation_id
+                  WHERE e.user_id = m.user_id AND e.memory_id = m.id AND o.status = 'active'
                     AND o.superseded_at IS NULL
                   ORDER BY e.added_at LIMIT 1) AS observation
     FROM memory_items m
@@ -126,8 +127,8 @@ WITH victims AS (
       AND m.superseded_at IS NULL AND m.access_count = 0 AND m.category IS NULL
       AND (m.expires_at IS NULL OR m.expires_at > now())
       AND EXISTS (SELECT 1 FROM observation_evidence e
-                  JOIN memory_items o ON o.id = e.observation_id
-                  WHERE e.memory_id = m.id AND o.status = 'active'
+                  JOIN memory_items o ON o.user_id = e.user_id AND o.id = e.observation_id
+                  WHERE e.user_id = m.user_id AND e.memory_id = m.id AND o.status = 'active'
                     AND o.superseded_at IS NULL)
     ORDER BY m.importance, m.confirmations, m.valid_from, m.id
     LIMIT $2
@@ -135,7 +136,7 @@ WITH victims AS (
 ),
 archived AS (
     UPDATE memory_items m SET status = 'archived', updated_at = now()
-    FROM victims v WHERE m.id = v.id
+    FROM victims v WHERE m.user_id = $1 AND m.id = v.id
     RETURNING m.id, v.observation
 ),
 audited AS (

@@ -84,7 +84,7 @@ SELECT u.id, u.user_id, u.display_name, u.provider, u.chat_id, u.at, u.at,
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
             $7::text[], $8::timestamptz[])
      AS u(id, user_id, display_name, provider, chat_id, at, closed_by, closed_at)
-ON CONFLICT (id) DO NOTHING
+ON CONFLICT (user_id, id) DO NOTHING
 """
 
 # The chat's episode whose time span (widened by the stale window) holds $4; an
@@ -623,7 +623,7 @@ SELECT count(*) AS n, min(occurred_at) AS first_at, max(occurred_at) AS last_at 
 KEEP_CLOSE = """
 INSERT INTO episode_closes (event_id, user_id, provider, chat_id, episode_id, closed_at)
 VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (event_id) DO NOTHING
+ON CONFLICT (user_id, event_id) DO NOTHING
 """
 
 
@@ -686,7 +686,7 @@ async def _start_episode(
         INSERT INTO episodes (id, user_id, display_name, provider, chat_id, frame, started_at,
                               last_active_at, metadata)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)
-        ON CONFLICT (id) DO NOTHING
+        ON CONFLICT (user_id, id) DO NOTHING
         """,
         ev.episode_id,
         ev.user_id,

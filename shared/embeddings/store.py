@@ -364,7 +364,12 @@ async def write_vectors_many(
 # while the turn is ``ready`` (a rebuild that marks it pending hides them until its
 # new vector and passages replace them). In the HNSW index when the turn's owner is
 # listed for messages' (vector_index.py), as the turn itself.
-DROP_PASSAGES = "DELETE FROM message_passages WHERE message_id = ANY($1::bigint[])"
+# by owner and turn: the key of a partitioned table (migration 0170) leads with the user
+DROP_PASSAGES = """
+DELETE FROM message_passages p
+USING unnest($1::text[], $2::bigint[]) AS u(user_id, id)
+WHERE p.user_id = u.user_id AND p.message_id = u.id
+"""
 WRITE_PASSAGES = """
 INSERT INTO message_passages (message_id, idx, user_id, start_char, end_char, embedding,
                               fts, speaker, turn_lexemes, vector_indexed)
@@ -388,7 +393,7 @@ async def write_passages(
     was just stored) by ``passages`` (each with its vector, fitted); the count written."""
     if not written:
         return 0
-    await conn.execute(DROP_PASSAGES, [int(i) for _, i in written])
+    await conn.execute(DROP_PASSAGES, [o for o, _ in written], [int(i) for _, i in written])
     cols: tuple[list[Any], ...] = ([], [], [], [], [], [])
     for owner, row_id in written:
         for passage, vec in passages.get((owner, row_id), ()):

@@ -45,7 +45,7 @@ COUNT_READY = {
 MARK = {
     kind: f"""
         UPDATE {t.name} SET vector_indexed = true
-        WHERE id IN (
+        WHERE user_id = $1 AND id IN (
             SELECT id FROM {t.name}
             WHERE user_id = $1 AND embedding IS NOT NULL AND NOT vector_indexed
             LIMIT $2
@@ -56,7 +56,7 @@ MARK = {
 # a listed user's turns' passages (migration 0160) go into their own index with them
 MARK_PASSAGES = """
     UPDATE message_passages SET vector_indexed = true
-    WHERE (message_id, idx) IN (
+    WHERE user_id = $1 AND (message_id, idx) IN (
         SELECT message_id, idx FROM message_passages
         WHERE user_id = $1 AND NOT vector_indexed
         LIMIT $2

@@ -82,7 +82,11 @@ t AS (
     ON CONFLICT (user_id, slug) DO NOTHING
 ),
 e AS (
-    SELECT coalesce($21::timestamptz, CASE WHEN $22::int IS NULL THEN NULL
+    -- the new row's id, given: the row returned is this one only if it was inserted
+    -- (a conflict returns the row it updated); ``xmax = 0`` says the same but cannot be
+    -- read from a partitioned table (migration 0170)
+    SELECT gen_random_uuid() AS new_id,
+           coalesce($21::timestamptz, CASE WHEN $22::int IS NULL THEN NULL
                                            ELSE now() + make_interval(days => $22::int) END)
            AS expires_at,
            -- the event time: given, else the turn it was learned from, else now
@@ -92,12 +96,13 @@ e AS (
 ),
 i AS (
     INSERT INTO memory_items AS m (
-        user_id, theme, scope, provider, chat_id, namespace, type, category, key, content,
+        id, user_id, theme, scope, provider, chat_id, namespace, type, category, key, content,
         data, tags, subjects, source, source_context, episode_id, confidence, importance,
         expires_at, last_verified_at, created_at, updated_at,
         embedding, embedding_state, embedding_provider, embedding_model, embedding_dims,
         embedded_at, source_message_id, valid_from, valid_to)
-    VALUES ($1, $2, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+    VALUES ((SELECT new_id FROM e),
+            $1, $2, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
             (SELECT expires_at FROM e),
             CASE WHEN $23::bool THEN now() END,
             clock_timestamp(), clock_timestamp(),
@@ -105,7 +110,8 @@ i AS (
             $25, $26, $27, CASE WHEN $24::vector IS NULL THEN NULL ELSE clock_timestamp() END,
             $29, (SELECT valid_from FROM e), (SELECT expires_at FROM e))
     {conflict}
-    RETURNING m.id, m.created_at, m.expires_at, m.embedding_state, (m.xmax = 0) AS inserted
+    RETURNING m.id, m.created_at, m.expires_at, m.embedding_state,
+              (m.id = (SELECT new_id FROM e)) AS inserted
 ),
 a AS (
     INSERT INTO audit_log (user_id, actor, action, entity, entity_id, details)

@@ -1,5 +1,6 @@
 """Hybrid ranking, fallbacks and modes on real PostgreSQL + pgvector."""
 
+import re
 import uuid
 
 from services.query.app import create_app
@@ -14,6 +15,24 @@ from tests.query.helpers import (
     unit,
 )
 from tests.support import running
+
+
+async def _indexes_in(conn, plan: list) -> set[str]:
+    """The indexes a plan scans, each named by its partitioned parent's name when it is
+    a partition's (migration 0170: memory_items_p05_embedding_idx is a part of
+    memory_items_embedding_hnsw_idx), with its access method: {'name (am)'}."""
+    names = {
+        m.group(1)
+        for r in plan
+        for m in [re.search(r"Index (?:Only )?Scan (?:Backward )?(?:using|on) (\S+)", r[0])]
+        if m
+    }
+    rows = await conn.fetch(
+        "SELECT coalesce(pg_partition_root(c.oid), c.oid)::regclass::text AS root, a.amname "
+        "FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE c.oid = ANY($1::regclass[])",
+        list(names),
+    )
+    return {f"{r['root']} ({r['amname']})" for r in rows}
 
 
 async def _add(client, h, content, type_="fact"):
@@ -233,7 +252,8 @@ async def test_a_user_with_50_items_among_many_still_gets_k_results(make_setting
         plan = await conn.fetch(
             "EXPLAIN " + search_module.index_statement("user", 384), *filters, q
         )
-    assert "hnsw" in "\n".join(r[0] for r in plan)
+        used = await _indexes_in(conn, plan)
+    assert "memory_items_embedding_hnsw_idx (hnsw)" in used, plan
 
 
 async def test_the_lexical_side_reads_only_the_users_own_words(pool):
@@ -284,13 +304,12 @@ async def test_the_lexical_side_reads_only_the_users_own_words(pool):
     await pool.execute("ANALYZE memory_items")
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SET LOCAL enable_seqscan = off")
-        plan = "\n".join(
-            r[0]
-            for r in await conn.fetch(
-                "EXPLAIN " + search_module.STATEMENTS[("user", "lexical")], *filters, "dogs"
-            )
+        rows = await conn.fetch(
+            "EXPLAIN " + search_module.STATEMENTS[("user", "lexical")], *filters, "dogs"
         )
-    assert "memory_items_user_lexemes_idx" in plan and "BitmapAnd" not in plan
+        used = await _indexes_in(conn, rows)
+    plan = "\n".join(r[0] for r in rows)
+    assert "memory_items_user_lexemes_idx (gin)" in used and "BitmapAnd" not in plan, plan
 
 
 async def test_a_settings_change_applies_to_the_very_next_search(make_settings, pool, user_id):

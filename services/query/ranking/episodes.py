@@ -47,20 +47,20 @@ MAX_TURN_USERS = 10
 RECALL = f"""
 WITH q AS (SELECT {or_tsquery("$3")} AS tsq),
 visible AS (
-    SELECT e.id, e.summary_fts, e.embedding, e.embedding_state
+    SELECT e.user_id, e.id, e.summary_fts, e.embedding, e.embedding_state
     FROM episodes e
     WHERE e.summary IS NOT NULL
       AND ($1::text[] IS NULL OR e.user_id = ANY($1::text[]))
       AND ($2::text IS NULL OR e.user_id = $2)
 ),
 text_hits AS (
-    SELECT v.id FROM visible v, q
+    SELECT v.user_id, v.id FROM visible v, q
     WHERE v.summary_fts @@ q.tsq
     ORDER BY ts_rank_cd(v.summary_fts, q.tsq) DESC
     LIMIT $5
 ),
 vector_hits AS (
-    SELECT v.id FROM visible v
+    SELECT v.user_id, v.id FROM visible v
     WHERE $4::vector IS NOT NULL AND v.embedding_state = 'ready'
     ORDER BY v.embedding <=> $4::vector
     LIMIT $5
@@ -71,9 +71,9 @@ SELECT e.id, e.user_id, coalesce(e.display_name, u.display_name, e.user_id) AS d
            AS rank,
        CASE WHEN $4::vector IS NOT NULL AND e.embedding_state = 'ready'
             THEN (e.embedding <=> $4::vector)::float8 END AS dist
-FROM (SELECT id FROM text_hits UNION SELECT id FROM vector_hits
-      UNION SELECT v.id FROM visible v WHERE v.id = ANY($6::uuid[])) AS c
-JOIN episodes e ON e.id = c.id
+FROM (SELECT user_id, id FROM text_hits UNION SELECT user_id, id FROM vector_hits
+      UNION SELECT v.user_id, v.id FROM visible v WHERE v.id = ANY($6::uuid[])) AS c
+JOIN episodes e ON e.user_id = c.user_id AND e.id = c.id  -- the key (migration 0170)
 JOIN users u ON u.id = e.user_id, q
 """
 

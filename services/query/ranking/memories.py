@@ -92,14 +92,14 @@ WITH q AS MATERIALIZED (
            memory_user_lexemes($1, NULL, $8::text) AS keys
 ),
 top AS MATERIALIZED (
-    SELECT m.id, m.created_at, ts_rank(m.fts, q.tsq)::float8 AS rank
+    SELECT m.user_id, m.id, m.created_at, ts_rank(m.fts, q.tsq)::float8 AS rank
     FROM memory_items m, q
     WHERE {{match}} {{filters}}
     ORDER BY rank DESC, m.created_at DESC, m.id
     LIMIT {{k}}
 )
 SELECT {{columns}}, top.rank
-FROM top JOIN memory_items m ON m.id = top.id
+FROM top JOIN memory_items m ON m.user_id = top.user_id AND m.id = top.id
 WHERE top.rank > 0
 ORDER BY top.rank DESC, top.created_at DESC, top.id
 """

@@ -59,7 +59,7 @@ _NEAREST = "m.embedding::halfvec({dim}) <=> $2::vector::halfvec({dim})"
 # A user not in the HNSW index: exactly ("+ 0" keeps the planner off the index).
 _SEMANTIC = f"""
 semantic AS (
-    SELECT m.id FROM memory_items m
+    SELECT m.user_id, m.id FROM memory_items m
     WHERE $2::vector IS NOT NULL AND m.embedding_state = 'ready' AND m.embedding_model = $10
       AND {_VISIBLE}
     ORDER BY (m.embedding <=> $2::vector) + 0
@@ -70,13 +70,13 @@ semantic AS (
 # chat's shared ones, few, exactly.
 _SEMANTIC_INDEXED = f"""
 semantic AS (
-    (SELECT m.id FROM memory_items m
+    (SELECT m.user_id, m.id FROM memory_items m
      WHERE $2::vector IS NOT NULL AND m.vector_indexed AND m.embedding_state = 'ready'
        AND m.embedding_model = $10 AND m.user_id = $1 AND m.scope = 'personal' {_LIVE}
      ORDER BY {_NEAREST}
      LIMIT $9)
     UNION ALL
-    (SELECT m.id FROM memory_items m
+    (SELECT m.user_id, m.id FROM memory_items m
      WHERE $2::vector IS NOT NULL AND m.embedding_state = 'ready' AND m.embedding_model = $10
        AND {_CHAT} {_LIVE}
      ORDER BY (m.embedding <=> $2::vector) + 0
@@ -87,18 +87,20 @@ SEARCH_MEMORIES = f"""
 WITH q AS (SELECT {or_tsquery("$3")} AS tsq),
 {{semantic}}
 lexical AS (
-    SELECT m.id FROM memory_items m, q
+    SELECT m.user_id, m.id FROM memory_items m, q
     WHERE m.fts @@ q.tsq AND {_VISIBLE}
     ORDER BY ts_rank_cd(m.fts, q.tsq) DESC
     LIMIT $9
 ),
 recent AS (
-    SELECT m.id FROM memory_items m WHERE $12 > 0 AND {_VISIBLE}
+    SELECT m.user_id, m.id FROM memory_items m WHERE $12 > 0 AND {_VISIBLE}
     ORDER BY m.created_at DESC
     LIMIT $12
 ),
 candidates AS (
-    SELECT id FROM semantic UNION SELECT id FROM lexical UNION SELECT id FROM recent
+    -- with their owner: the key of a partitioned table (migration 0170)
+    SELECT user_id, id FROM semantic UNION SELECT user_id, id FROM lexical
+    UNION SELECT user_id, id FROM recent
 )
 SELECT m.id, m.user_id, m.scope, m.provider, m.chat_id, m.theme, m.type, m.content, m.data,
        m.subjects, m.source, m.created_at, m.expires_at, m.superseded_at, m.superseded_by,
@@ -111,7 +113,7 @@ SELECT m.id, m.user_id, m.scope, m.provider, m.chat_id, m.theme, m.type, m.conte
        m.valid_from, m.valid_to, p.content AS replaced_content,
        p.valid_from AS replaced_from, p.valid_to AS replaced_to,
        p.source_message_id AS replaced_turn
-FROM memory_items m JOIN candidates c USING (id)
+FROM memory_items m JOIN candidates c USING (user_id, id)
      -- the turn the memory was learned from (the owner's own, never another user's)
      LEFT JOIN messages s ON s.id = m.source_message_id AND s.user_id = m.user_id
      -- the value it replaced (the newest of those it superseded; a duplicate merged

@@ -98,7 +98,8 @@ doc AS (
     SELECT m.id, 0 AS part, m.fts || to_tsvector('english', coalesce(m.display_name, '')) AS v
     FROM messages m
     WHERE m.user_id = $1 {filters}
-      AND NOT EXISTS (SELECT 1 FROM message_passages p WHERE p.message_id = m.id)
+      AND NOT EXISTS (SELECT 1 FROM message_passages p
+                        WHERE p.user_id = m.user_id AND p.message_id = m.id)
     UNION ALL
     SELECT m.id, p.idx, p.fts || to_tsvector('english', coalesce(m.display_name, ''))
     FROM message_passages p JOIN messages m ON m.id = p.message_id AND m.user_id = $1
@@ -210,7 +211,7 @@ lexical AS (
         speakers="s.turns - s.long_turns + s.passages AS turns, "
         "s.lexemes - s.long_lexemes + s.passage_lexemes AS lexemes",
         documents="(p.part >= 0 OR NOT EXISTS (SELECT 1 FROM message_passages q "
-        "WHERE q.message_id = p.message_id))",
+        "WHERE q.user_id = p.user_id AND q.message_id = p.message_id))",
     )
     + _BM25_RANKED,
 }
