@@ -217,7 +217,10 @@ async def load(pool: asyncpg.Pool, plan: list[tuple[str, int]], data: Data) -> d
         for ix in indexes:
             log(f"  building {ix['indexname']} ...")
             t = time.perf_counter()
-            task = asyncio.create_task(conn.execute(ix["indexdef"]))
+            # a partitioned index (migration 0170) reads "ON ONLY memory_items": built
+            # again, it must reach every partition
+            ddl = ix["indexdef"].replace(" ON ONLY ", " ON ", 1)
+            task = asyncio.create_task(conn.execute(ddl))
             shown = t
             while not task.done():
                 await asyncio.sleep(0.1)
