@@ -390,8 +390,7 @@ def _in_conversation(
     largest score a turn could reach."""
     lifted: dict[K, float] = {}
     # the user's lift applies where another role speaks too (an assistant's chat)
-    roles = {_role(w) for c in cands for w in (c.speaker, *c.before_speakers, *c.after_speakers)}
-    users = spec.user_lift > 0 and "user" in roles and len(roles - {None}) > 1
+    users = spec.user_lift > 0 and _mixed_roles(cands)
     for c in cands:
         base = c.score + (spec.date_lift if c.in_period else 0.0)
         base += spec.speaker_lift if c.named else 0.0
@@ -444,20 +443,35 @@ ASSISTANT_TURNS = 3
 
 def assistant_chat(candidates: Iterable[Candidate[Any]]) -> bool:
     """Whether the candidates' turns read as a user's chat with an assistant."""
-    lengths: dict[str, dict[Any, int]] = {"user": {}, "assistant": {}}
+    # each turn once (a neighbour of many candidates is read many times), by its speaker
+    seen: dict[Any, tuple[str | None, int]] = {}
     for c in candidates:
-        for k, who, n in (
-            (c.id, c.speaker, c.length),
-            *zip(c.before, c.before_speakers, c.before_lengths, strict=False),
-            *zip(c.after, c.after_speakers, c.after_lengths, strict=False),
+        seen[c.id] = (c.speaker, c.length)
+        for ids, whos, ns in (
+            (c.before, c.before_speakers, c.before_lengths),
+            (c.after, c.after_speakers, c.after_lengths),
         ):
-            role = _role(who)
-            if role in lengths:
-                lengths[role][k] = n
-    user, assistant = (sorted(lengths[r].values()) for r in ("user", "assistant"))
+            seen.update(zip(ids, zip(whos, ns, strict=False), strict=False))
+    by_who: dict[str | None, list[int]] = {}
+    for who, n in seen.values():
+        by_who.setdefault(who, []).append(n)
+    lengths: dict[str | None, list[int]] = {"user": [], "assistant": []}
+    for who, counts in by_who.items():
+        lengths.get(_role(who), []).extend(counts)
+    user, assistant = sorted(lengths["user"]), sorted(lengths["assistant"])
     if len(user) < ASSISTANT_TURNS or len(assistant) < ASSISTANT_TURNS:
         return False
     return assistant[len(assistant) // 2] >= ASSISTANT_RATIO * max(user[len(user) // 2], 1)
+
+
+def _mixed_roles(cands: list[Candidate[K]]) -> bool:
+    """Whether the user and another role both speak among the candidates' turns."""
+    whos = {c.speaker for c in cands}
+    for c in cands:
+        whos.update(c.before_speakers)
+        whos.update(c.after_speakers)
+    roles = {_role(w) for w in whos} - {None}
+    return "user" in roles and len(roles) > 1
 
 
 def _role(who: str | None) -> str | None:
