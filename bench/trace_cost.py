@@ -584,7 +584,11 @@ def main() -> int:
             }
             for f in concurrent.futures.as_completed(futures):
                 way, name = futures[f]
-                got = f.result()
+                try:
+                    got = f.result()
+                except RuntimeError as e:  # e.g. killed from outside: the others go on
+                    print(f"{name}: FAILED, left out: {str(e)[:300]}", flush=True)
+                    continue
                 got["run"] = name
                 runs[way].append(got)
                 if args.native:
@@ -606,6 +610,9 @@ def main() -> int:
         return 0
     for way in runs:
         runs[way].sort(key=lambda g: g["run"])
+    if not all(runs.values()):
+        print("a way has no run left: nothing to compare")
+        return 1
     return report(args, runs)
 
 
