@@ -2,6 +2,8 @@
 
     python -m bench.trace_cost --old /path/to/checkout/before/tracing \
         [--without /path/to/this/code/without/tracing/hooks] [--repeats 2]
+    python -m bench.trace_cost --old /checkout/before --new /checkout/after \
+        [--also NAME=/another/checkout] [--name results_file]   # any two checkouts
 
 Wall-clock rounds on a shared machine vary by tens of percent, far more than the 2%
 the target is about (issue 33: tracing off costs < 2% of ingest throughput). This
@@ -25,7 +27,14 @@ The workload, the same text for both checkouts (it uses only what both have):
 - ``search``, ``context``, ``turn``: requests to the query service's ASGI app in
   process (httpx's ASGI transport, an API key's bearer): ``POST /v1/messages/search``
   (fused), ``POST /v1/context`` (auto), ``POST /v1/turns`` (published to the stream);
-  per op = per request.
+  per op = per request. That user (``u0``) has one turn in 200 (3 at the default
+  size: the warm-up's 100 and 400), all of role ``user``, each in its own chat;
+- ``search_assistant``, ``context_assistant``: the same two requests for another user
+  whose one chat is assistant-shaped (40 turns, the user's of 8 words, the
+  assistant's of 60, 50 of them from a wider vocabulary), stored and embedded (not
+  counted) after the ``embed`` phase; where a checkout ranks a chat with an
+  assistant by its own rules (``services.query.ranking.fusion.assistant_chat``),
+  ``checks`` says which rules each user's search took (``assistant_gate``).
 
 Each phase runs a warm-up first (a batch, a few requests: first-call imports, caches,
 prepared statements), then callgrind's instrumentation is switched on and its
@@ -39,6 +48,10 @@ times), and a batch is handed to ``process`` with no owner (no keep-claimed task
 ``PYTHONHASHSEED`` is fixed. What is counted: instructions of this Python process
 (user space, its libraries); PostgreSQL, Redis and the embedding server run in
 other processes and are not counted, nor is kernel time.
+
+``--new`` / ``--also NAME=PATH``: compare any checkouts, not only this one: ``--new``
+replaces this checkout (then named ``new``); each ``--also`` way is compared with
+``--old`` too; ``--name`` names the results file.
 
 ``--without``: a third way, a control: this code with tracing's hooks taken out of
 its hot paths (e.g. a detached worktree of HEAD with them edited out). ``--old`` is
@@ -76,7 +89,15 @@ from bench.common import bench_postgres, table, write_result
 from engram_cli.embedded import EmbeddedRedis, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-PHASES = ("ingest", "embed", "search", "context", "turn")
+PHASES = (
+    "ingest",
+    "embed",
+    "search",
+    "context",
+    "turn",
+    "search_assistant",
+    "context_assistant",
+)
 DIMS = 384
 
 HELPER_C = r"""
@@ -117,6 +138,34 @@ N, BATCH, QUERIES, RUN = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), s
 WORDS = ("remember the meeting with sarah about the garden project next tuesday and "
          "bring the blue notebook coffee weather travel plans dinner italian").split()
 USERS, CHATS = 200, 5
+# an assistant-shaped chat (search_assistant, context_assistant): short user turns,
+# long assistant answers over a wider vocabulary (more distinct lexemes)
+VOCAB = ("garden tomato basil soil compost water sunlight seedling fence shovel "
+         "recipe pasta sauce garlic onion olive oven simmer butter pepper "
+         "flight hotel passport luggage airport train ticket museum beach hiking "
+         "budget invoice salary savings mortgage insurance pension receipt tax loan "
+         "doctor appointment vitamin exercise sleep stretch running yoga dentist knee "
+         "meeting deadline report slides manager client contract schedule email review").split()
+ASSIST_TURNS = 40
+
+
+def assistant_chat_turns():
+    t0 = datetime(2026, 2, 1, tzinfo=UTC)
+    out = []
+    for i in range(ASSIST_TURNS):
+        if i % 2 == 0:  # the user: 8 words, every other one a question
+            words = [WORDS[(i * 5 + k * 3) % len(WORDS)] for k in range(6)]
+            words += [VOCAB[(i * 7 + k) % len(VOCAB)] for k in range(2)]
+            content = " ".join(words) + ("?" if i % 4 == 0 else ".")
+        else:  # the assistant: 60 words, most of them distinct
+            words = [VOCAB[(i * 11 + k * 7) % len(VOCAB)] for k in range(50)]
+            words += [WORDS[(i + k * 5) % len(WORDS)] for k in range(10)]
+            content = " ".join(words) + "."
+        out.append(TurnReceived(
+            user_id=f"{RUN}-a", display_name="User A", provider="bench", chat_id="a1",
+            role="user" if i % 2 == 0 else "assistant", content=content,
+            occurred_at=t0 + timedelta(seconds=60 * i)))
+    return out
 
 
 def turns(n, first):
@@ -204,28 +253,68 @@ async def main():
         "SELECT count(*) FROM messages WHERE user_id LIKE $1 AND embedding_state = 'ready'",
         RUN + "-%")
 
-    # query: a user with N / USERS turns
-    user = f"{RUN}-u0"
-    _, secret = await create_key(pool, user_id=user)
-    h = {"Authorization": f"Bearer {secret}"}
+    # the assistant-shaped chat: stored and embedded (not counted)
+    before = await embedder.redis.xlen(ec.stream)
+    for t in assistant_chat_turns():
+        await ingest.redis.xadd(tc.stream, {EVENT_FIELD: encode(t)})
+    await consume(ingest, tc, BATCH, ASSIST_TURNS)
+    await ingest.publisher.flush()
+    await consume(embedder, ec, embedder.settings.embed_read_batch,
+                  await embedder.redis.xlen(ec.stream) - before)
+    out["assistant_chat"] = [await pool.fetchval(
+        "SELECT count(*) FROM messages WHERE user_id = $1" + extra, RUN + "-a")
+        for extra in ("", " AND embedding_state = 'ready'")]
+
+    # query: a user with N / USERS turns (search, context, turn), and the user of the
+    # assistant-shaped chat (search_assistant, context_assistant)
+    headers = {}
+    for who in ("u0", "a"):
+        _, secret = await create_key(pool, user_id=f"{RUN}-{who}")
+        headers[who] = {"Authorization": f"Bearer {secret}"}
+    h, ha = headers["u0"], headers["a"]
     transport = httpx.ASGITransport(app=query_application)
     status = {}
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        async def search(i):
+        async def search(i, h=h):
             return await client.post("/v1/messages/search", headers=h, json={
                 "query": f"{WORDS[i % len(WORDS)]} {WORDS[(i * 5) % len(WORDS)]}", "limit": 10})
-        async def context(i):
+        async def context(i, h=h):
             return await client.post("/v1/context", headers=h, json={
                 "message": f"what about the {WORDS[(i * 3) % len(WORDS)]}?"})
         async def turn(i):
             return await client.post("/v1/turns", headers=h, json={
                 "chat_id": "q", "role": "user", "content": f"query turn {i} " + " ".join(WORDS)})
-        for name, call in (("search", search), ("context", context), ("turn", turn)):
+        async def search_assistant(i):
+            return await client.post("/v1/messages/search", headers=ha, json={
+                "query": f"{VOCAB[(i * 7) % len(VOCAB)]} {WORDS[(i * 5) % len(WORDS)]}",
+                "limit": 10})
+        async def context_assistant(i):
+            return await client.post("/v1/context", headers=ha, json={
+                "message": f"what did you say about the {VOCAB[(i * 3) % len(VOCAB)]}?"})
+        for name, call in (("search", search), ("context", context), ("turn", turn),
+                           ("search_assistant", search_assistant),
+                           ("context_assistant", context_assistant)):
             codes = [(await call(i)).status_code for i in range(3)]
             with measured(name):
                 for i in range(3, 3 + QUERIES):
                     codes.append((await call(i)).status_code)
             status[name] = sorted(set(codes))
+        # which rules each user's search took, where the checkout has the gate
+        # (services.query.ranking.fusion.assistant_chat; after the counted phases)
+        try:
+            from services.query.ranking import fusion
+        except ImportError:
+            fusion = None
+        gate = getattr(fusion, "assistant_chat", None)
+        if gate is not None:
+            seen = []
+            fusion.assistant_chat = lambda cands: seen.append(gate(cands)) or seen[-1]
+            out["assistant_gate"] = {}
+            for who, call in (("u0", search), ("a", search_assistant)):
+                seen.clear()
+                await call(0)
+                out["assistant_gate"][who] = sorted(set(seen))
+            fusion.assistant_chat = gate
     out["status"] = status
     await query.publisher.flush()
     print("RESULT " + json.dumps(out), flush=True)
@@ -412,6 +501,22 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--old", type=Path, required=True, help="checkout of the code before tracing")
     p.add_argument(
+        "--new",
+        type=Path,
+        help="the checkout compared with --old (and the others): by default this one, "
+        "named 'off' (tracing off); given, named 'new'",
+    )
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a further checkout run beside them, compared with --old (repeatable)",
+    )
+    p.add_argument(
+        "--name", default="trace_cost", help="bench/results/NAME.json (default trace_cost)"
+    )
+    p.add_argument(
         "--without",
         type=Path,
         help="a control: a checkout of this code with tracing's hooks taken out of its hot "
@@ -431,6 +536,8 @@ def main() -> int:
         p.error("valgrind is needed (apt-get install valgrind)")
     old = args.old.resolve()
     codes = _codes(args)
+    if len(codes) < 2 + len(args.also) + (args.without is not None):
+        p.error("every way needs its own name (--also NAME=PATH; not old, new, off, without)")
     tmp = Path(tempfile.mkdtemp(prefix="engram-bench-trace-cost-"))
     keep = args.keep.resolve() if args.keep else tmp / "callgrind"
     pg = bench_postgres(tmp / "pg")
@@ -477,7 +584,11 @@ def main() -> int:
             }
             for f in concurrent.futures.as_completed(futures):
                 way, name = futures[f]
-                got = f.result()
+                try:
+                    got = f.result()
+                except RuntimeError as e:  # e.g. killed from outside: the others go on
+                    print(f"{name}: FAILED, left out: {str(e)[:300]}", flush=True)
+                    continue
                 got["run"] = name
                 runs[way].append(got)
                 if args.native:
@@ -499,6 +610,9 @@ def main() -> int:
         return 0
     for way in runs:
         runs[way].sort(key=lambda g: g["run"])
+    if not all(runs.values()):
+        print("a way has no run left: nothing to compare")
+        return 1
     return report(args, runs)
 
 
@@ -518,8 +632,11 @@ def report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> i
         for way, gots in runs.items()
     }
     ops = {way: per_op(m, args.turns, args.queries) for way, m in med.items()}
-    others = [w for w in runs if w != "off"]
-    ratio = {w: {p: med["off"][p] / med[w][p] for p in PHASES} for w in others}
+    new = _new(args)
+    # the new way over old (and over without), each --also way over old
+    pairs = [(new, w) for w in runs if w in ("old", "without")]
+    pairs += [(w, "old") for w in runs if w not in (new, "old", "without")]
+    ratio = {(a, b): {p: med[a][p] / med[b][p] for p in PHASES} for a, b in pairs}
     spread = {
         way: {
             p: (max(g["ir"][p] for g in gots) - min(g["ir"][p] for g in gots)) / med[way][p]
@@ -533,7 +650,7 @@ def report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> i
                 (
                     p,
                     *(f"{ops[w][p]:,.0f}" for w in runs),
-                    *(f"{ratio[w][p]:.4f}" for w in others),
+                    *(f"{ratio[k][p]:.4f}" for k in pairs),
                     *(f"{spread[w][p]:.2%}" for w in runs),
                 )
                 for p in PHASES
@@ -541,7 +658,7 @@ def report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> i
             (
                 "phase: Ir per op",
                 *runs,
-                *(f"off/{w}" for w in others),
+                *(f"{a}/{b}" for a, b in pairs),
                 *(f"{w} spread" for w in runs),
             ),
         )
@@ -561,7 +678,7 @@ def report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> i
         "repeats": args.repeats,
         "median_ir": med,
         "ir_per_op": {w: {p: round(v) for p, v in o.items()} for w, o in ops.items()},
-        **{f"off_over_{w}": {p: round(v, 4) for p, v in ratio[w].items()} for w in others},
+        **{f"{a}_over_{b}": {p: round(v, 4) for p, v in ratio[(a, b)].items()} for a, b in pairs},
         "spread_between_repeats": {
             w: {p: round(v, 4) for p, v in s.items()} for w, s in spread.items()
         },
@@ -569,19 +686,28 @@ def report(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> i
             w: [{k: v for k, v in g.items() if k != "files"} for g in gots]
             for w, gots in runs.items()
         },
-        "target_off_over_old": 1.02,
+        **({"target_off_over_old": 1.02} if new == "off" else {}),
     }
-    path = write_result("trace_cost", result)
+    path = write_result(args.name, result)
     kept = f"callgrind files in {args.keep.resolve()}" if args.keep else "callgrind files removed"
     print(f"-> {path}; {kept}")
     return 0
 
 
 def _codes(args: argparse.Namespace) -> dict[str, Path]:
-    codes = {"old": args.old.resolve(), "off": ROOT}
+    codes = {"old": args.old.resolve(), _new(args): (args.new or ROOT).resolve()}
     if args.without is not None:
         codes["without"] = args.without.resolve()
+    for also in args.also:
+        name, _, path = also.partition("=")
+        if name and path and name not in ("old", "new", "off", "without"):
+            codes[name] = Path(path).resolve()
     return codes
+
+
+def _new(args: argparse.Namespace) -> str:
+    """The compared checkout's name: ``off`` (this code, tracing off) unless --new."""
+    return "off" if args.new is None else "new"
 
 
 def _commit(code: Path) -> str:

@@ -33,10 +33,18 @@ def test_the_instruction_counting_workload_runs_against_this_code(
         )
     finally:
         server.stop()
-    # a warm-up batch of 50, then 100 turns: one embed request per batch of turns
+    # a warm-up batch of 50, then 100 turns: one embed request per batch of turns;
+    # then the assistant-shaped chat's 40 turns, stored and embedded
     assert got["checks"] == {
         "stored": 150,
         "embed_requests": 3,
         "embedded": 150,
-        "status": {"search": [200], "context": [200], "turn": [200]},
+        "assistant_chat": [40, 40],
+        "status": {
+            "search": [200],
+            "context": [200],
+            "turn": [200],
+            "search_assistant": [200],
+            "context_assistant": [200],
+        },
     }
