@@ -185,3 +185,28 @@ async def test_a_500_that_keeps_coming_is_a_refusal_and_a_401_is_not_retried(
     finally:
         await c.aclose()
     assert len(llm.requests) == 4  # three tries of the 500, one of the 401
+
+
+async def test_jobs_whose_output_stays_invalid_are_done_offline(llm: ScriptedLLM) -> None:
+    """OfflineOnInvalid: a malformed answer never loses the job; a valid one is used."""
+    from shared.llm.jobs import OfflineOnInvalid
+    from shared.llm.offline import OfflineExtractor
+
+    llm.push(
+        Reply("{'same': yes}"),  # equivalence: invalid, then the offline word rule
+        Reply({"contradicts": True, "reason": "moved"}),  # contradiction: valid, used
+        Reply('{"contradicts": "maybe"'),  # contradiction: invalid, offline cannot tell
+        Reply({"same": False, "reason": "different"}),  # equivalence: valid, used
+    )
+    c = client(llm, invalid_retries=0)
+    ex = OfflineOnInvalid(LLMExtractor(c), OfflineExtractor())
+    try:
+        assert await ex.same_fact("Tim drinks green tea.", "Tim drinks green tea daily.")
+        assert await ex.contradicts("Tim lives in Paris.", "Tim lives in Rome.") is True
+        assert await ex.contradicts("Tim likes tea.", "Tim drinks tea.") is None
+        assert not await ex.same_fact("Tim drinks green tea.", "Tim drinks green tea daily.")
+    finally:
+        await c.aclose()
+    assert ex.offline_jobs == ["equivalence", "contradiction"]
+    assert ex.errors[0].startswith("equivalence: equivalence: model scripted-1 gave invalid")
+    assert ex.name == "scripted-1" and not ex.heuristic
