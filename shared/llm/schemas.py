@@ -29,13 +29,17 @@ class EpisodeSummary(BaseModel):
     title: str = Field(min_length=1, max_length=200, description="5-10 word descriptive title")
     summary: str = Field(min_length=1, description="100-150 word prose summary of what happened")
     key_points: list[str] = Field(
-        default_factory=list, description="3-5 bullet points of key outcomes or topics"
+        default_factory=list,
+        description="3-5 bullet points of key outcomes or topics",
+        json_schema_extra={"maxItems": 10},  # (the schema only; more are cut to 10)
     )
     outcome: Outcome = Field(
         default="informational", description="resolved | partial | unresolved | informational"
     )
     topics: list[str] = Field(
-        default_factory=list, description="short lowercase tags for topic-based recall"
+        default_factory=list,
+        description="short lowercase tags for topic-based recall",
+        json_schema_extra={"maxItems": 10},
     )
 
     @field_validator("outcome", mode="before")
@@ -125,7 +129,9 @@ class FactList(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     facts: list[FactCandidate] = Field(
-        default_factory=list, description="facts worth remembering; empty when none"
+        default_factory=list,
+        description="facts worth remembering; empty when none",
+        json_schema_extra={"maxItems": 10},  # for a grammar: a small model may not stop
     )
 
     @model_validator(mode="before")
