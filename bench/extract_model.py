@@ -287,7 +287,7 @@ async def run(
                 reviews = await pool.fetchval(
                     "SELECT count(*) FROM fact_reviews WHERE episode_id = $1", ep["id"]
                 )
-                summary = row["summary"] or {}
+                summary = (row["summary"] if row else None) or {}
                 per_episode.append(
                     {
                         "conversation": conv.sample_id,
@@ -345,10 +345,12 @@ def report(eps: list[dict[str, Any]], rec: Recorder, confirmations: int) -> dict
         }
     offline_jobs = Counter(j for e in eps for j in e["offline_jobs"])
     same = Counter(
-        json.loads(a.content).get("same") for a in answers if a.job == "equivalence" and a.valid
+        parse_json_output(a.content, Equivalence).same
+        for a in answers
+        if a.job == "equivalence" and a.valid
     )
     contra = Counter(
-        json.loads(a.content).get("contradicts")
+        parse_json_output(a.content, Contradiction).contradicts
         for a in answers
         if a.job == "contradiction" and a.valid
     )
