@@ -99,8 +99,8 @@ def create_app(
     # does not reach the stream: the episode is summarised offline and asked of the
     # model again later (services/extractor/service.py); a refusal (HTTP 401/400, a
     # 500 that keeps coming) is dead-lettered with its reason once delivered
-    # max_attempts times. Output that stays invalid is recorded on the episode
-    # (extraction_error), not retried.
+    # max_attempts times. Output that stays invalid: that job is done offline and the
+    # error recorded on the episode (extraction_error), not asked again.
     rt.consume(
         stream=EXTRACT,
         group=EXTRACTOR,

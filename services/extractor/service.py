@@ -6,9 +6,11 @@ Guarantees:
 - an episode is (re-)extracted only when it is due: never extracted, or turns
   were stored after its last extraction (``turn_count`` changed, or
   ``last_active_at`` > ``extracted_at``); running twice changes nothing;
-- model output that stays invalid is recorded in ``episodes.extraction_error``
-  (the episode is not retried until it has new turns); an unreachable database
-  raises, so the stream retries the request later;
+- model output that stays invalid (after the client's asks again) never loses the
+  episode: that job (summary, facts, standing instructions) is done by the offline
+  extractor instead, and the error is recorded in ``episodes.extraction_error`` and
+  the summary's ``model_errors`` (the episode is not asked again until it has new
+  turns); an unreachable database raises, so the stream retries the request later;
 - a model that is unavailable (down, past its deadline or its inline wait, its
   circuit open: ``shared.guard``) never holds an episode up: it is summarised by
   the offline extractor at once, marked ``fallback``, and stays due, so the
@@ -44,7 +46,7 @@ from shared import tracing
 from shared.dates import resolve_relative_dates
 from shared.errors import EngramError, InvalidModelOutput, ProviderError, ProviderUnavailable
 from shared.events import BatchResult, EmbedRequested, EmbedTarget, ExtractRequested, MemoryChanged
-from shared.llm.jobs import Extractor
+from shared.llm.jobs import Extractor, OfflineOnInvalid
 from shared.llm.offline import OfflineExtractor
 from shared.llm.offline import summarize as offline_summary
 from shared.llm.schemas import EpisodeSummary
@@ -99,15 +101,6 @@ WHERE id = $1 AND user_id = $2
 NOTHING_DUE = f"""
 UPDATE episodes e SET extract_due = false, extract_due_since = NULL
 WHERE e.id = $1 AND e.user_id = $2 AND e.extract_due AND e.status = 'closed' AND NOT {DUE}
-"""
-
-RECORD_ERROR = """
-UPDATE episodes SET extraction_error = $3, extracted_turn_count = $4,
-                    extract_due = turn_count IS DISTINCT FROM $4,
-                    extract_due_since = CASE WHEN turn_count IS DISTINCT FROM $4
-                                             THEN extract_due_since END,
-                    updated_at = now()
-WHERE id = $1 AND user_id = $2
 """
 
 
@@ -255,26 +248,17 @@ async def _extract(
     transcript = from_messages(rows, user_name=ep["user_name"])
     turns = int(ep["turn_count"])
 
-    try:
-        summary, method = await _summarize(ex, transcript)
-        summary = _dated(summary, ep["started_at"])
-    except InvalidModelOutput as exc:
-        log.warning("episode %s: %s", request.episode_id, exc)
-        async with x.pool.acquire() as conn, conn.transaction():
-            if await conn.fetchval(MARK_PROCESSED, request.event_id, CONSUMER):
-                await conn.execute(
-                    RECORD_ERROR, request.episode_id, request.user_id, f"summary: {exc}", turns
-                )
-        return "error"
+    # Output that stays invalid: that job is done offline, the error recorded.
+    checked = OfflineOnInvalid(ex, x.offline)
+    ex = checked if not ex.heuristic else ex
+    summary, method = await _summarize(ex, transcript)
+    if "summary" in checked.offline_jobs:
+        method = "heuristic"
+    summary = _dated(summary, ep["started_at"])
 
     candidates = []
-    facts_error: str | None = None
     if transcript.turns:
-        try:
-            candidates = await ex.extract_facts(transcript, summary, occurred_at=ep["started_at"])
-        except InvalidModelOutput as exc:
-            log.warning("episode %s: %s", request.episode_id, exc)
-            facts_error = f"facts: {exc}"
+        candidates = await ex.extract_facts(transcript, summary, occurred_at=ep["started_at"])
     embedder = await x.embedder_for(request.user_id) if candidates else None
     plan = await plan_facts(
         x.pool,
@@ -308,6 +292,10 @@ async def _extract(
     }
     if fallback is not None:
         document["fallback"] = fallback  # the model is asked again (DUE)
+    model_errors = list(checked.errors)  # so far (the write may ask for contradictions)
+    if model_errors:
+        document["model_errors"] = model_errors  # done offline; not asked again
+    error = "; ".join(model_errors)[:1000] or None
     async with x.pool.acquire() as conn, conn.transaction():
         if not await conn.fetchval(MARK_PROCESSED, request.event_id, CONSUMER):
             return "duplicate"
@@ -319,7 +307,7 @@ async def _extract(
             document,
             summary_text(summary),
             turns,
-            facts_error,
+            error,
             fallback is not None,
         )
         # the standing ones first: a fact of the same text then confirms the standing
@@ -355,7 +343,7 @@ async def _extract(
     if result.changed:
         await _refresh_narrative(x, ex, request.user_id)
     await _publish(x, request.user_id, request.episode_id, result)
-    return "error" if facts_error else "extracted"
+    return "invalid_output" if checked.errors else "extracted"
 
 
 async def _summarize(ex: Extractor, transcript: Transcript) -> tuple[EpisodeSummary, str]:

@@ -13,9 +13,9 @@ out); a newer one that sets the same instruction or preference differently
 supersedes the older (``shared.memory.supersession``). ``/v1/context`` shows
 them whatever the question (``services.query.context.standing``).
 
-A model's invalid answer leaves the episode's standing ones unlearned (logged);
-an unavailable model raises, as the other jobs do, so the episode is summarised
-offline and asked again later.
+A model's answer that stays invalid: the extractor's offline rule states them
+instead (``shared.llm.jobs.OfflineOnInvalid``); an unavailable model raises, as
+the other jobs do, so the episode is summarised offline and asked again later.
 """
 
 from __future__ import annotations

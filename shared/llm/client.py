@@ -17,6 +17,9 @@ What a caller may rely on:
   wait (``llm_inline_s``): a call not answered by then goes on out of line and
   :class:`ProviderUnavailable` is raised at once, as it is for every call to the
   endpoint while that one is in flight;
+- with ``json_schema`` set the request carries the asked-for model's JSON schema
+  (:func:`response_format`) so a server with constrained decoding answers in that
+  shape; the answer is validated all the same;
 - token usage reported by the server is added to ``engram_llm_tokens_total``
   and to :attr:`OpenAIChatModel.usage`.
 """
@@ -36,7 +39,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared.errors import InvalidModelOutput, ProviderError
 from shared.guard import Guards
-from shared.llm.settings import LLMSettings
+from shared.llm.settings import LLMSettings, SchemaFormat
 from shared.provider_http import RetryPolicy, post_with_retry
 
 log = logging.getLogger(__name__)
@@ -102,6 +105,8 @@ class OpenAIChatModel:
         invalid_retries: int = 2,
         concurrency: int = 4,
         json_mode: bool = True,
+        json_schema: SchemaFormat = "off",
+        max_tokens: int | None = None,
         metrics: LLMMetrics | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         backoff_base_s: float = 0.5,
@@ -120,6 +125,8 @@ class OpenAIChatModel:
         self._policy = RetryPolicy(retries=max_retries, backoff_s=backoff_base_s)
         self._invalid_retries = invalid_retries
         self._json_mode = json_mode
+        self._json_schema = json_schema
+        self._max_tokens = max_tokens
         self._metrics = metrics
         self._slots = asyncio.Semaphore(max(1, concurrency))
         self._key = base_url.rstrip("/")
@@ -147,6 +154,8 @@ class OpenAIChatModel:
             invalid_retries=settings.llm_invalid_retries,
             concurrency=settings.llm_concurrency,
             json_mode=settings.llm_json_mode,
+            json_schema=settings.llm_json_schema,
+            max_tokens=settings.llm_max_tokens,
             metrics=metrics,
             transport=transport,
             deadline_s=settings.llm_deadline_s,
@@ -168,7 +177,7 @@ class OpenAIChatModel:
         ]
         last_error = ""
         for attempt in range(self._invalid_retries + 1):
-            text = await self._chat(messages, purpose=purpose)
+            text = await self._chat(messages, purpose=purpose, schema=schema)
             try:
                 return parse_json_output(text, schema)
             except (ValidationError, ValueError) as exc:
@@ -193,10 +202,14 @@ class OpenAIChatModel:
             f"{self._invalid_retries + 1} times; last error: {last_error}"
         )
 
-    async def _chat(self, messages: list[dict[str, str]], *, purpose: str) -> str:
+    async def _chat(
+        self, messages: list[dict[str, str]], *, purpose: str, schema: type[BaseModel]
+    ) -> str:
         body: dict[str, Any] = {"model": self._model, "messages": messages, "temperature": 0}
+        if self._max_tokens is not None:
+            body["max_tokens"] = self._max_tokens
         if self._json_mode:
-            body["response_format"] = {"type": "json_object"}
+            body["response_format"] = response_format(schema, self._json_schema)
 
         async def post() -> httpx.Response:
             return await post_with_retry(
@@ -237,6 +250,20 @@ class OpenAIChatModel:
     def _count(self, purpose: str, outcome: str) -> None:
         if self._metrics is not None:
             self._metrics.requests.labels(purpose, outcome).inc()
+
+
+def response_format(schema: type[BaseModel], how: SchemaFormat) -> dict[str, Any]:
+    """The ``response_format`` of a request for ``schema``: ``json_object`` alone, or with
+    the schema so that a server with constrained decoding (a grammar built from it) can
+    only answer with JSON of that shape: OpenAI's ``json_schema`` format, or the
+    ``schema`` key of ``json_object`` that llama-cpp-python's server reads (its 0.3
+    releases know no other). The answer is validated either way."""
+    if how == "off":
+        return {"type": "json_object"}
+    body = schema.model_json_schema()
+    if how == "json_object":
+        return {"type": "json_object", "schema": body}
+    return {"type": "json_schema", "json_schema": {"name": schema.__name__, "schema": body}}
 
 
 def parse_json_output(text: str, schema: type[M]) -> M:

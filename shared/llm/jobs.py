@@ -3,18 +3,21 @@
 :class:`Extractor` is what the pipeline calls; :class:`LLMExtractor` does the
 jobs with a :class:`~shared.llm.client.ChatModel` (prompts from the Nous and
 Navi seeds), :class:`~shared.llm.offline.OfflineExtractor` without one.
-:func:`build_extractor` picks one from the settings.
+:func:`build_extractor` picks one from the settings; :class:`OfflineOnInvalid` does
+a job offline when the model's output for it stays invalid.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
 import httpx
 
+from shared.errors import InvalidModelOutput
 from shared.llm.client import ChatModel, LLMMetrics, OpenAIChatModel
 from shared.llm.offline import OfflineExtractor
 from shared.llm.schemas import (
@@ -30,6 +33,8 @@ from shared.llm.schemas import (
 from shared.llm.settings import LLMSettings
 from shared.llm.standing import STANDING, user_lines
 from shared.llm.transcript import Transcript, cut_middle
+
+log = logging.getLogger(__name__)
 
 
 class Extractor(Protocol):
@@ -321,6 +326,93 @@ class LLMExtractor:
             purpose="decision",
         )
         return answer.decision.strip()
+
+
+class OfflineOnInvalid:
+    """An extractor whose jobs are done by ``offline`` when ``model``'s output stays
+    invalid (:class:`InvalidModelOutput` after the client asked again): the episode is
+    never lost to a malformed answer. Each such job is recorded in :attr:`errors`
+    (``"<job>: <error>"``) and :attr:`offline_jobs`; other errors (the model
+    unavailable, refused) go to the caller unchanged."""
+
+    def __init__(self, model: Extractor, offline: Extractor) -> None:
+        self.model = model
+        self.offline = offline
+        self.errors: list[str] = []
+        self.offline_jobs: list[str] = []
+
+    @property
+    def heuristic(self) -> bool:
+        return self.model.heuristic
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def _invalid(self, job: str, exc: InvalidModelOutput) -> None:
+        log.warning("%s; done offline", exc)
+        self.errors.append(f"{job}: {exc}"[:500])
+        self.offline_jobs.append(job)
+
+    async def summarize(self, transcript: Transcript) -> EpisodeSummary:
+        try:
+            return await self.model.summarize(transcript)
+        except InvalidModelOutput as exc:
+            self._invalid("summary", exc)
+            return await self.offline.summarize(transcript)
+
+    async def extract_facts(
+        self, transcript: Transcript, summary: EpisodeSummary, *, occurred_at: datetime
+    ) -> list[FactCandidate]:
+        try:
+            return await self.model.extract_facts(transcript, summary, occurred_at=occurred_at)
+        except InvalidModelOutput as exc:
+            self._invalid("facts", exc)
+            return await self.offline.extract_facts(transcript, summary, occurred_at=occurred_at)
+
+    async def extract_standing(
+        self, transcript: Transcript, *, occurred_at: datetime
+    ) -> list[FactCandidate]:
+        try:
+            return await self.model.extract_standing(transcript, occurred_at=occurred_at)
+        except InvalidModelOutput as exc:
+            self._invalid("standing", exc)
+            return await self.offline.extract_standing(transcript, occurred_at=occurred_at)
+
+    async def same_fact(self, a: str, b: str) -> bool:
+        try:
+            return await self.model.same_fact(a, b)
+        except InvalidModelOutput as exc:
+            self._invalid("equivalence", exc)
+            return await self.offline.same_fact(a, b)
+
+    async def contradicts(self, older: str, newer: str) -> bool | None:
+        try:
+            return await self.model.contradicts(older, newer)
+        except InvalidModelOutput as exc:
+            self._invalid("contradiction", exc)
+            return await self.offline.contradicts(older, newer)
+
+    async def narrative(self, user_name: str, facts: Sequence[str]) -> str:
+        try:
+            return await self.model.narrative(user_name, facts)
+        except InvalidModelOutput as exc:
+            self._invalid("narrative", exc)
+            return await self.offline.narrative(user_name, facts)
+
+    async def observe(self, statements: Sequence[str]) -> str:
+        try:
+            return await self.model.observe(statements)
+        except InvalidModelOutput as exc:
+            self._invalid("observation", exc)
+            return await self.offline.observe(statements)
+
+    async def rewrite_decision(self, text: str) -> str | None:
+        try:
+            return await self.model.rewrite_decision(text)
+        except InvalidModelOutput as exc:
+            self._invalid("decision", exc)
+            return await self.offline.rewrite_decision(text)
 
 
 def build_extractor(

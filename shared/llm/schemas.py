@@ -21,6 +21,16 @@ StatedBy = Literal["user", "assistant", "tool"]
 OUTCOMES: tuple[str, ...] = ("resolved", "partial", "unresolved", "informational")
 
 
+def not_a_placeholder(v: Any) -> Any:
+    """Refuse a text that is one of the prompt's ``<...>`` placeholders copied back (a
+    small model fills the template in: Gemma 3 270M answered ``"title": "<5-10 word
+    descriptive title>"``): an answer of the right shape that says nothing, so it is
+    invalid and asked again like any other (then done offline)."""
+    if isinstance(v, str) and v.strip().startswith("<"):
+        raise ValueError("the prompt's placeholder copied, not an answer")
+    return v
+
+
 class EpisodeSummary(BaseModel):
     """Nous F010.1: the structured summary stored on an episode."""
 
@@ -29,14 +39,20 @@ class EpisodeSummary(BaseModel):
     title: str = Field(min_length=1, max_length=200, description="5-10 word descriptive title")
     summary: str = Field(min_length=1, description="100-150 word prose summary of what happened")
     key_points: list[str] = Field(
-        default_factory=list, description="3-5 bullet points of key outcomes or topics"
+        default_factory=list,
+        description="3-5 bullet points of key outcomes or topics",
+        json_schema_extra={"maxItems": 10},  # (the schema only; more are cut to 10)
     )
     outcome: Outcome = Field(
         default="informational", description="resolved | partial | unresolved | informational"
     )
     topics: list[str] = Field(
-        default_factory=list, description="short lowercase tags for topic-based recall"
+        default_factory=list,
+        description="short lowercase tags for topic-based recall",
+        json_schema_extra={"maxItems": 10},
     )
+
+    _placeholder = field_validator("title", "summary")(not_a_placeholder)
 
     @field_validator("outcome", mode="before")
     @classmethod
@@ -90,6 +106,8 @@ class FactCandidate(BaseModel):
     )
     heuristic: bool = Field(default=False, description="set by the offline extractor")
 
+    _placeholder = field_validator("subject", "content")(not_a_placeholder)
+
     @field_validator("category", mode="before")
     @classmethod
     def _known_category(cls, v: Any) -> Any:
@@ -125,7 +143,9 @@ class FactList(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     facts: list[FactCandidate] = Field(
-        default_factory=list, description="facts worth remembering; empty when none"
+        default_factory=list,
+        description="facts worth remembering; empty when none",
+        json_schema_extra={"maxItems": 10},  # for a grammar: a small model may not stop
     )
 
     @model_validator(mode="before")
@@ -140,12 +160,16 @@ class Equivalence(BaseModel):
     same: bool = Field(description="true when both statements state the same fact")
     reason: str = Field(default="", description="one short sentence")
 
+    _placeholder = field_validator("reason")(not_a_placeholder)
+
 
 class Contradiction(BaseModel):
     """Whether a newer statement replaces an older one (supersession)."""
 
     contradicts: bool = Field(description="true when the older statement is no longer true")
     reason: str = Field(default="", description="one short sentence")
+
+    _placeholder = field_validator("reason")(not_a_placeholder)
 
 
 class DecisionRewrite(BaseModel):
@@ -157,11 +181,15 @@ class DecisionRewrite(BaseModel):
         description="one factual, present-tense sentence of at most 120 characters",
     )
 
+    _placeholder = field_validator("decision")(not_a_placeholder)
+
 
 class Narrative(BaseModel):
     """Navi: the per-user narrative summary built from the user's facts."""
 
     summary: str = Field(min_length=1, description="a short narrative paragraph about the user")
+
+    _placeholder = field_validator("summary")(not_a_placeholder)
 
 
 class Observation(BaseModel):
@@ -170,3 +198,5 @@ class Observation(BaseModel):
     observation: str = Field(
         min_length=1, description="what the related statements say together, in whole sentences"
     )
+
+    _placeholder = field_validator("observation")(not_a_placeholder)

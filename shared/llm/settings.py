@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 
 from shared.settings import CommonSettings
+
+SchemaFormat = Literal["off", "json_schema", "json_object"]
 
 
 class LLMSettings(CommonSettings):
@@ -33,6 +37,16 @@ class LLMSettings(CommonSettings):
     )
     llm_json_mode: bool = Field(
         default=True, description="send response_format json_object (off for servers without it)"
+    )
+    llm_json_schema: SchemaFormat = Field(
+        default="off",
+        description="send the job's JSON schema so the server constrains decoding to it: "
+        "'json_schema' as OpenAI does (response_format type json_schema: OpenAI, vLLM, "
+        "Ollama, LM Studio, llama.cpp's llama-server), 'json_object' inside the json_object "
+        "format (llama-cpp-python's server, llama-server), 'off': json_object only",
+    )
+    llm_max_tokens: int | None = Field(
+        default=None, description="max_tokens sent with each request (unset: the server's)"
     )
 
     @property

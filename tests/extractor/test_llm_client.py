@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from shared.errors import InvalidModelOutput, ProviderError, ProviderUnavailable
 from shared.llm.client import LLMMetrics, OpenAIChatModel
 from shared.llm.jobs import LLMExtractor
-from shared.llm.schemas import EpisodeSummary
+from shared.llm.schemas import EpisodeSummary, FactList
 from tests.extractor.scripted_llm import Reply, ScriptedLLM
 
 GOOD = {
@@ -29,7 +29,7 @@ def llm() -> Iterator[ScriptedLLM]:
 
 
 def client(
-    llm: ScriptedLLM, registry: CollectorRegistry | None = None, **kw: float
+    llm: ScriptedLLM, registry: CollectorRegistry | None = None, **kw: float | str
 ) -> OpenAIChatModel:
     return OpenAIChatModel(
         base_url=llm.base_url,
@@ -63,6 +63,39 @@ async def test_valid_json_is_returned_and_tokens_are_counted(llm: ScriptedLLM) -
         "engram_llm_tokens_total", {"purpose": "summary", "kind": "prompt"}
     )
     assert got == 120
+
+
+@pytest.mark.parametrize("how", ["json_object", "json_schema"])
+async def test_the_schema_is_sent_for_constrained_decoding(llm: ScriptedLLM, how: str) -> None:
+    llm.push(Reply({"facts": []}))
+    c = client(llm, max_tokens=700, json_schema=how)
+    try:
+        await c.complete_json(system="s", user="u", schema=FactList, purpose="facts")
+    finally:
+        await c.aclose()
+    body = llm.requests[0]["body"]
+    fmt = body["response_format"]
+    schema = fmt["schema"] if how == "json_object" else fmt["json_schema"]["schema"]
+    assert fmt["type"] == how
+    if how == "json_schema":
+        assert fmt["json_schema"]["name"] == "FactList"
+    assert schema == FactList.model_json_schema()
+    # what a grammar needs: the fact's fields, its enums, a bound on the list
+    fact = schema["$defs"]["FactCandidate"]
+    assert fact["required"] == ["subject", "content"]
+    assert "person" in fact["properties"]["category"]["enum"]
+    assert schema["properties"]["facts"]["maxItems"] == 10
+    assert body["max_tokens"] == 700
+
+
+def test_the_settings_choose_the_format() -> None:
+    from shared.llm.settings import LLMSettings
+
+    s = LLMSettings(llm_base_url="http://x/v1", llm_model="m", llm_json_schema="json_object")
+    c = OpenAIChatModel.from_settings(s)
+    assert c._json_schema == "json_object" and c._max_tokens is None
+    with pytest.raises(ValueError, match="llm_json_schema"):
+        LLMSettings(llm_json_schema="grammar")  # type: ignore[arg-type]
 
 
 async def test_json_in_a_code_fence_is_accepted(llm: ScriptedLLM) -> None:
@@ -185,3 +218,28 @@ async def test_a_500_that_keeps_coming_is_a_refusal_and_a_401_is_not_retried(
     finally:
         await c.aclose()
     assert len(llm.requests) == 4  # three tries of the 500, one of the 401
+
+
+async def test_jobs_whose_output_stays_invalid_are_done_offline(llm: ScriptedLLM) -> None:
+    """OfflineOnInvalid: a malformed answer never loses the job; a valid one is used."""
+    from shared.llm.jobs import OfflineOnInvalid
+    from shared.llm.offline import OfflineExtractor
+
+    llm.push(
+        Reply("{'same': yes}"),  # equivalence: invalid, then the offline word rule
+        Reply({"contradicts": True, "reason": "moved"}),  # contradiction: valid, used
+        Reply('{"contradicts": "maybe"'),  # contradiction: invalid, offline cannot tell
+        Reply({"same": False, "reason": "different"}),  # equivalence: valid, used
+    )
+    c = client(llm, invalid_retries=0)
+    ex = OfflineOnInvalid(LLMExtractor(c), OfflineExtractor())
+    try:
+        assert await ex.same_fact("Tim drinks green tea.", "Tim drinks green tea daily.")
+        assert await ex.contradicts("Tim lives in Paris.", "Tim lives in Rome.") is True
+        assert await ex.contradicts("Tim likes tea.", "Tim drinks tea.") is None
+        assert not await ex.same_fact("Tim drinks green tea.", "Tim drinks green tea daily.")
+    finally:
+        await c.aclose()
+    assert ex.offline_jobs == ["equivalence", "contradiction"]
+    assert ex.errors[0].startswith("equivalence: equivalence: model scripted-1 gave invalid")
+    assert ex.name == "scripted-1" and not ex.heuristic

@@ -150,7 +150,7 @@ async def test_summary_and_facts_come_from_the_model(
     assert 'engram_llm_tokens_total{kind="prompt",purpose="summary"} 400.0' in metrics
 
 
-async def test_invalid_output_is_recorded_on_the_episode(
+async def test_output_that_stays_invalid_is_done_offline_and_recorded(
     make_settings: Callable[..., Any], pool: asyncpg.Pool, redis: Any, user_id: str
 ) -> None:
     def bad(body: dict[str, Any]) -> Reply:
@@ -158,12 +158,26 @@ async def test_invalid_output_is_recorded_on_the_episode(
 
     with ScriptedLLM(bad) as llm:
         ep, metrics = await _run_conversation(make_settings, pool, redis, user_id, llm)
-        assert len(llm.requests) == 2  # asked, asked again, then gave up
-    assert ep["extracted_at"] is None and ep["summary"] is None
+        # summary, facts, standing: each asked, asked again, then done offline (and the
+        # narrative after them, the same way)
+        asked = [p.split("\n")[0] for p in llm.prompts()][:6]
+        again = "That answer was not valid: (root): Invalid JSON"
+        assert [a.startswith(again) for a in asked] == [False, True] * 3
+        assert "structured summary" in asked[0] and "extract any facts" in asked[2]
+        assert "standing instructions" in asked[4]
+    # the episode is not lost: summarised and its facts learned by the offline extractor
+    assert ep["extracted_at"] is not None and ep["extracted_turn_count"] == 3
+    s = ep["summary"]
+    assert s["method"] == "heuristic" and "Silver Spring" in ep["summary_text"]
+    assert [e.split(":")[0] for e in s["model_errors"]] == ["summary", "facts", "standing"]
     assert "summary:" in ep["extraction_error"] and "invalid output" in ep["extraction_error"]
-    assert ep["extracted_turn_count"] == 3
-    assert 'engram_extract_episodes_total{outcome="error"} 1.0' in metrics
-    assert await facts_of(pool, user_id) == []
+    assert 'engram_extract_episodes_total{outcome="invalid_output"} 1.0' in metrics
+    facts = await facts_of(pool, user_id)
+    assert facts and all(f["data"]["heuristic"] for f in facts)
+    assert "Tim prefers Celsius." in {f["content"] for f in facts}
+    # not asked again until it has new turns
+    due = await pool.fetchval("SELECT extract_due FROM episodes WHERE id = $1", ep["id"])
+    assert due is False
 
 
 async def _seed_episode(
