@@ -40,6 +40,9 @@ def test_the_instruction_counting_workload_runs_against_this_code(
         "embed_requests": 3,
         "embedded": 150,
         "assistant_chat": [40, 40],
+        # this code has the chat-kind gate: the short chat reads the people's rules,
+        # the assistant-shaped one the assistant's
+        "assistant_gate": {"u0": [False], "a": [True]},
         "status": {
             "search": [200],
             "context": [200],
