@@ -87,31 +87,10 @@ def serves(fetched: tuple[Any, ...], wanted: tuple[Any, ...]) -> bool:
 async def rows_for(
     conn: Executor, spec: RankSpec, user_id: str, query: str, vector: list[float]
 ) -> tuple[list[Any], bool]:
-    named, words = (
-        await turns.query_periods(conn, user_id, query, chat_id=None, until=None)
-        if spec.date_lift > 0
-        else ([], query)
+    rows, named = await turns.candidate_rows(
+        conn, spec, user_id=user_id, query=query, vector=vector, limit=LIMIT
     )
-    args: list[Any] = [
-        user_id,
-        words if spec.w_lex > 0 else None,
-        vector if spec.w_sem > 0 else None,
-        None,
-        None,
-        None,
-        None,
-        spec.k(LIMIT),
-        spec.turns_read,
-        [lo for lo, _ in named],
-        [hi for _, hi in named],
-    ]
-    lexical = (
-        ("bm25_passages" if spec.lexical_passages else "bm25")
-        if spec.lexical == "bm25"
-        else "ts_rank"
-    )
-    rows = await turns._candidates(conn, user_id, lexical, args, spec)
-    return [dict(r) for r in rows], bool(named)
+    return [dict(r) for r in rows], named
 
 
 async def run(

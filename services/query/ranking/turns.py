@@ -545,16 +545,51 @@ async def rank_turns(
     the turn right after a found question (its likely answer)."""
     if as_of is not None and (until is None or as_of < until):
         until = as_of
+    rows, named = await candidate_rows(
+        conn,
+        spec,
+        user_id=user_id,
+        query=query,
+        vector=vector,
+        limit=limit,
+        chat_id=chat_id,
+        episode_id=episode_id,
+        since=since,
+        until=until,
+    )
+    best, answers = score_rows(spec, rows, limit, periods=named, found_only=found_only)
+    if not best:
+        return []
+    found = await conn.fetch(ROWS, user_id, [c.id for c in best])
+    by_id = {r["id"]: r for r in found}
+    cos = {int(r["id"]): float(r["cos"]) for r in rows if r["cos"] is not None}
+    return [_hit(by_id[c.id], c, cos.get(c.id), c.id in answers) for c in best if c.id in by_id]
+
+
+async def candidate_rows(
+    conn: Executor,
+    spec: RankSpec,
+    *,
+    user_id: str,
+    query: str,
+    vector: list[float] | None,
+    limit: int,
+    chat_id: str | None = None,
+    episode_id: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> tuple[list[Any], bool]:
+    """The candidate rows ``spec`` reads for ``limit`` hits (``score_rows`` scores
+    them), and whether the query names a period."""
     named, words = (
         await query_periods(conn, user_id, query, chat_id=chat_id, until=until)
         if spec.date_lift > 0
         else ([], query)
     )
-    use_vector = vector if spec.w_sem > 0 else None
     args: list[Any] = [
         user_id,
         words if spec.w_lex > 0 else None,
-        use_vector,
+        vector if spec.w_sem > 0 else None,
         chat_id,
         episode_id,
         since,
@@ -571,19 +606,8 @@ async def rank_turns(
     )
     if isinstance(conn, asyncpg.Pool):
         async with conn.acquire() as c:
-            rows = await _candidates(c, user_id, lexical, args, spec)
-    else:
-        rows = await _candidates(conn, user_id, lexical, args, spec)
-    best, answers = score_rows(spec, rows, limit, periods=bool(named), found_only=found_only)
-    if not best:
-        return []
-    if isinstance(conn, asyncpg.Pool):
-        found = await conn.fetch(ROWS, user_id, [c.id for c in best])
-    else:
-        found = await conn.fetch(ROWS, user_id, [c.id for c in best])
-    by_id = {r["id"]: r for r in found}
-    cos = {int(r["id"]): float(r["cos"]) for r in rows if r["cos"] is not None}
-    return [_hit(by_id[c.id], c, cos.get(c.id), c.id in answers) for c in best if c.id in by_id]
+            return await _candidates(c, user_id, lexical, args, spec), bool(named)
+    return await _candidates(conn, user_id, lexical, args, spec), bool(named)
 
 
 async def query_periods(
