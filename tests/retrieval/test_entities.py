@@ -21,9 +21,7 @@ from tests.query.helpers import unit
 from tests.retrieval.helpers import T, add_turns
 
 
-async def test_an_entity_named_once_in_a_question_reaches_a_turn_of_another_session(
-    pool, user_id
-):
+async def test_an_entity_named_once_in_a_question_reaches_a_turn_of_another_session(pool, user_id):
     """Session two is all about the draft (the question's other words and its
     meaning, 60 turns); the one turn naming Okonkwo is in session one, far from the
     question in meaning."""
