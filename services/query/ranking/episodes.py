@@ -8,7 +8,7 @@
   an episode scoring its best turn's score (as a share of the best episode's);
   a summary says what a session was mostly about, the turns hold the detail a
   question asks for. Both scored by ``fusion.fuse`` under ``NOUS_EPISODES``
-  (``specs.py``): a fifth the summary, four fifths the turns. Turns are read
+  (``fusion.py``): a fifth the summary, four fifths the turns. Turns are read
   for the users whose episodes are visible and may be listed (the caller, or the
   ones an admin names: others' turns by their words only, the query vector being
   the caller's model's); an all-users admin read matches summaries only;
@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from services.query.ranking.fusion import Candidate, RankSpec, fuse, ranked
+from services.query.ranking.fusion import NOUS_EPISODES, Candidate, RankSpec, fuse, ranked
 from services.query.ranking.search_text import lists_newest
-from services.query.ranking.specs import NOUS_EPISODES
 from services.query.ranking.sql import or_tsquery
 from services.query.ranking.turns import rank_turns
 from shared.db import Executor
