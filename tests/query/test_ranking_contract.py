@@ -24,8 +24,8 @@ import asyncpg
 import numpy as np
 import pytest
 
+from services.query.episodes.recall import recall_episodes
 from services.query.ranking import fusion
-from services.query.ranking.episodes import recall_episodes
 from services.query.ranking.fusion import Candidate, faded, fuse
 from services.query.ranking.memories import SearchParams, search
 from services.query.ranking.recall import search_memories
