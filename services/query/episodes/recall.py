@@ -36,9 +36,9 @@ from typing import Annotated, Any
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.query.embeddings.query import SearchText, described, lists_newest
 from services.query.memory.state import QueryState
 from services.query.ranking.fusion import NOUS_EPISODES, Candidate, RankSpec, fuse, ranked
-from services.query.ranking.search_text import SearchText, described, lists_newest
 from services.query.ranking.sql import or_tsquery
 from services.query.ranking.turns import rank_turns
 from shared.db import Executor

@@ -10,8 +10,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from services.query.embeddings.query import SearchText, described
 from services.query.people.remember import MAX_DAYS, Fact
-from services.query.ranking.search_text import SearchText, described
 from shared.dates import AS_OF_TEXT, AsOf
 from shared.memory.writer import Chat
 

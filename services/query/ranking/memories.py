@@ -41,8 +41,8 @@ from typing import Any, Literal
 
 import asyncpg
 
+from services.query.embeddings.query import lists_newest
 from services.query.ranking.fusion import NOVA, NOVA_RELEVANT, Candidate, RankSpec, fuse, ranked
-from services.query.ranking.search_text import lists_newest
 from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.db import Conn, Executor
 from shared.embeddings import vector_index

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import asyncpg
 
+from services.query.embeddings.query import lists_newest
 from services.query.ranking.fusion import (
     MESSAGE_MODES,
     Candidate,
@@ -42,7 +43,6 @@ from services.query.ranking.fusion import (
     fuse,
     ranked,
 )
-from services.query.ranking.search_text import lists_newest
 from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.dates import around_event, event_anchors, periods, relative
 from shared.db import Executor
