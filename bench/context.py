@@ -329,7 +329,7 @@ async def bm25_side_by_side(
     """The big user's ``fused`` candidates statement (HNSW walk, neighbours) with BM25
     computed over every turn of the user (the statement before migration 0090) and
     from the kept statistics (what a search runs now), alternated per question."""
-    from services.query.ranking.specs import FUSED
+    from services.query.ranking.fusion import FUSED
     from services.query.ranking.sql import hnsw_walk
     from services.query.ranking.turns import index_statement
 

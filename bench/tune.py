@@ -42,8 +42,7 @@ from bench.locomo import (
 )
 from engram_cli.embedded import with_running_stack
 from services.query.ranking import turns
-from services.query.ranking.fusion import RankSpec
-from services.query.ranking.specs import FUSED, MESSAGE_MODES
+from services.query.ranking.fusion import FUSED, MESSAGE_MODES, RankSpec
 from shared.db import Executor, create_pool
 from shared.embeddings import Embedder, resolve_embedder
 from shared.settings import CommonSettings

@@ -6,7 +6,7 @@ import re
 import uuid
 from datetime import UTC, datetime
 
-from services.query.ranking.episodes import EpisodeHit
+from services.query.episodes.recall import EpisodeHit
 from tests.support import ROOT
 
 README = (ROOT / "README.md").read_text()

@@ -17,7 +17,7 @@ from services.embedder.app import create_app as embedder_app
 from services.embedder.settings import EmbedderSettings
 from services.ingest.app import create_app as ingest_app
 from services.ingest.settings import IngestSettings
-from services.query.ranking.specs import MESSAGE_MODES
+from services.query.ranking.fusion import MESSAGE_MODES
 from services.query.ranking.turns import rank_turns
 from shared.embeddings import fit_to_column, resolve_embedder
 from shared.embeddings.passages import split

@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 
 from services.extractor.service import summary_text
-from services.query.ranking.episodes import recall_episodes
+from services.query.episodes.recall import recall_episodes
 from shared.llm.schemas import EpisodeSummary
 from tests.extractor.helpers import T0
 

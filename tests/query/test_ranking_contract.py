@@ -24,8 +24,8 @@ import asyncpg
 import numpy as np
 import pytest
 
-from services.query.ranking import specs
-from services.query.ranking.episodes import recall_episodes
+from services.query.episodes.recall import recall_episodes
+from services.query.ranking import fusion
 from services.query.ranking.fusion import Candidate, faded, fuse
 from services.query.ranking.memories import SearchParams, search
 from services.query.ranking.recall import search_memories
@@ -96,7 +96,7 @@ async def test_nova_memory_search_is_70_30_min_max_over_the_union(pool, user_id)
     lex = _minmax({r["id"]: float(r["rank"]) for r in rows if (r["rank"] or 0) > 0})
     # Jarvus's fade: the memories were stored days ago and never read
     now = datetime.now(UTC)
-    fade = {r["id"]: faded(specs.NOVA, r["importance"], r["last_read"], now) for r in rows}
+    fade = {r["id"]: faded(fusion.NOVA, r["importance"], r["last_read"], now) for r in rows}
     assert result.mode == "hybrid" and len(result.hits) == len(MEMORIES)
     for h in result.hits:
         expected = (0.7 * sem[h.id] + 0.3 * lex.get(h.id, 0.0)) * fade[h.id]
@@ -129,7 +129,7 @@ async def test_the_context_turns_keep_ash_s_floor_and_top_n(pool, user_id):
     _, ids = await add_turns(pool, user_id, TURNS)
     hits = await rank_turns(
         pool,
-        specs.CONTEXT_TURNS,
+        fusion.CONTEXT_TURNS,
         user_id=user_id,
         query=QUERY,
         vector=Q,
@@ -146,11 +146,11 @@ async def test_the_context_turns_keep_ash_s_floor_and_top_n(pool, user_id):
         if h.found and h.lexical_rank is None:
             assert h.cosine is not None and h.cosine >= 0.3
     one = await rank_turns(
-        pool, specs.CONTEXT_TURNS, user_id=user_id, query=QUERY, vector=Q, limit=1
+        pool, fusion.CONTEXT_TURNS, user_id=user_id, query=QUERY, vector=Q, limit=1
     )
     assert len(one) == 1 and one[0].id == hits[0].id  # top N
     # the message search's fused mode has no floor: it may return them as neighbours
-    fused = await rank_turns(pool, specs.FUSED, user_id=user_id, query=QUERY, vector=Q, limit=10)
+    fused = await rank_turns(pool, fusion.FUSED, user_id=user_id, query=QUERY, vector=Q, limit=10)
     assert {h.id for h in fused} >= got
 
 
@@ -159,7 +159,7 @@ async def test_fused_finds_the_answer_after_a_matching_question(pool, user_id):
     # under the context's spec the answer (cosine under 0.3, no shared word) is
     # found only as the turn after the question
     hits = await rank_turns(
-        pool, specs.CONTEXT_TURNS, user_id=user_id, query=QUERY, vector=Q, limit=5
+        pool, fusion.CONTEXT_TURNS, user_id=user_id, query=QUERY, vector=Q, limit=5
     )
     by_id = {h.id: h for h in hits}
     question, answer = by_id[ids[0]], by_id[ids[1]]
@@ -233,7 +233,7 @@ async def test_nous_finds_an_episode_through_its_own_turns(pool, user_id):
     assert [h.episode_id for h in hits] == [trip]
     assert hits[0].score == pytest.approx(1.0)
     turns = await rank_turns(
-        pool, specs.EPISODE_TURNS, user_id=user_id, query=QUERY, vector=Q, limit=50
+        pool, fusion.EPISODE_TURNS, user_id=user_id, query=QUERY, vector=Q, limit=50
     )
     assert {h.episode_id for h in turns} == {str(trip)}
 
@@ -259,17 +259,17 @@ def test_one_fusion_reads_every_spec_field_it_declares():
             Candidate("c", distance=0.75, sem_pos=3, owner="me"),
         ]
 
-    nova = {c.id: c.score for c in fuse(specs.NOVA, cands())}
+    nova = {c.id: c.score for c in fuse(fusion.NOVA, cands())}
     assert nova["a"] == pytest.approx(1.0)
     sims = {"a": 1 / 1.2, "b": 1 / 1.9, "c": 1 / 1.75}
     lo, hi = min(sims.values()), max(sims.values())
     assert nova["c"] == pytest.approx(0.7 * (sims["c"] - lo) / (hi - lo))
-    ash = {c.id: c.score for c in fuse(specs.ASH_RECALL, cands())}
+    ash = {c.id: c.score for c in fuse(fusion.ASH_RECALL, cands())}
     assert ash["b"] == pytest.approx(0.7 * 0.1 + 0.3 * 0.1 / 1.1)
     # Ash's floor: "c" (cosine 0.25) loses its semantic signal and, unmatched, its place
-    floored = {c.id for c in fuse(specs.CONTEXT_MEMORIES, cands())}
+    floored = {c.id for c in fuse(fusion.CONTEXT_MEMORIES, cands())}
     assert floored == {"a", "b"}
-    nous = {c.id: c.score for c in fuse(specs.NOUS_EPISODES, cands(), current_user="me")}
+    nous = {c.id: c.score for c in fuse(fusion.NOUS_EPISODES, cands(), current_user="me")}
     # "b": cosine 0.1 is under the floor, so text alone (rank / max), another user's
     assert nous["b"] == pytest.approx(0.8 * 0.3 * 0.1 / 0.5)
     assert nous["a"] == pytest.approx(0.7 * 0.8 + 0.3 * 1.0)
@@ -279,13 +279,13 @@ def test_one_fusion_reads_every_spec_field_it_declares():
         Candidate("a", rank=0.5, lex_pos=1, distance=0.2, sem_pos=1, owner="me", turn=0.2),
         Candidate("t", turn=0.4, owner="me"),
     ]
-    by_turns = {c.id: c.score for c in fuse(specs.NOUS_EPISODES, through, current_user="me")}
+    by_turns = {c.id: c.score for c in fuse(fusion.NOUS_EPISODES, through, current_user="me")}
     assert by_turns["t"] == pytest.approx(0.8 * 1.0)
     assert by_turns["a"] == pytest.approx(0.14 * 0.8 + 0.06 * 1.0 + 0.8 * 0.5)
-    rrf = {c.id: c.score for c in fuse(specs.MESSAGE_MODES["rrf"], cands())}
+    rrf = {c.id: c.score for c in fuse(fusion.MESSAGE_MODES["rrf"], cands())}
     assert rrf["a"] == pytest.approx(1.0)
     # the context's turns: the messages' default with Ash's floor, for every user
-    assert specs.CONTEXT_TURNS.but(name="x", min_similarity=None) == specs.FUSED.but(name="x")
+    assert fusion.CONTEXT_TURNS.but(name="x", min_similarity=None) == fusion.FUSED.but(name="x")
 
 
 async def test_nova_s_one_statement_returns_each_signal_s_candidates_in_their_order(pool, user_id):
@@ -333,7 +333,7 @@ def test_an_unread_memory_fades_by_its_importance_and_last_read():
     scored = {
         c.id: c.score
         for c in fuse(
-            specs.NOVA,
+            fusion.NOVA,
             [cand("read today", 0.5, 0), cand("unread a year", 0.5, 365), cand("vital", 1.0, 365)],
         )
     }
@@ -341,7 +341,7 @@ def test_an_unread_memory_fades_by_its_importance_and_last_read():
     assert scored["vital"] == pytest.approx(1.0, abs=1e-6)
     one_year = 1 - 0.4 * 0.5 * (1 - 0.5 ** (365 / 90))
     assert scored["unread a year"] == pytest.approx(one_year)
-    assert faded(specs.NOVA, 0.5, now - timedelta(days=90), now) == pytest.approx(0.9)
+    assert faded(fusion.NOVA, 0.5, now - timedelta(days=90), now) == pytest.approx(0.9)
     # a surface without the field is untouched
-    plain = fuse(specs.ASH_RECALL, [cand("unread a year", 0.5, 365)])
+    plain = fuse(fusion.ASH_RECALL, [cand("unread a year", 0.5, 365)])
     assert plain[0].score == pytest.approx(0.5 / 1.5)

@@ -1,4 +1,4 @@
-"""One rule for every search text (issue 29.18, ``services/query/ranking/search_text.py``):
+"""One rule for every search text (issue 29.18, ``services/query/embeddings/query.py``):
 empty, blank or ``*`` lists the newest rows (nothing embedded), a text over the limit
 is a 422 naming the field without echoing it; over HTTP, the HTTP tool call and MCP.
 
@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from services.query.app import TOOLBOX, create_app
-from services.query.ranking.search_text import MAX_SEARCH_CHARS
+from services.query.embeddings.query import MAX_SEARCH_CHARS
 from services.query.settings import QuerySettings
 from shared.memory.writer import NewItem, insert_items
 from tests.embedder.conftest import add_messages

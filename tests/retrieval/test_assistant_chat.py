@@ -13,8 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from services.query.app import create_app
-from services.query.ranking.fusion import Candidate, assistant_chat
-from services.query.ranking.specs import FUSED
+from services.query.ranking.fusion import FUSED, Candidate, assistant_chat
 from services.query.ranking.turns import rank_turns
 from services.query.settings import QuerySettings
 from tests.query.helpers import FixedEmbedder, auth, resolver_for, unit

@@ -11,8 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from services.query.app import create_app
-from services.query.ranking.fusion import Candidate, answer_of, fuse
-from services.query.ranking.specs import FUSED
+from services.query.ranking.fusion import FUSED, Candidate, answer_of, fuse
 from services.query.settings import QuerySettings
 from tests.query.helpers import FixedEmbedder, auth, resolver_for, unit
 from tests.retrieval.helpers import T, add_turns

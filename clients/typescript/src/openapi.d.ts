@@ -1410,7 +1410,7 @@ export interface components {
              */
             message?: string;
             /** @description the chat the message is in */
-            chat?: components["schemas"]["services__query__people__models__ChatIn"] | null;
+            chat?: components["schemas"]["services__query__people__chat__ChatIn"] | null;
             /**
              * Policy
              * @description auto (Ash: relevant messages, memories, known people), tools (Nova: tool instructions and theme hints, no memory content), summary (Navi: the narrative summary), sections (Jarvus: facts, recent episodes, procedures)
@@ -2484,7 +2484,7 @@ export interface components {
              */
             theme?: string;
             /** @description the chat this call happens in */
-            chat?: components["schemas"]["services__query__people__models__ChatIn"] | null;
+            chat?: components["schemas"]["services__query__people__chat__ChatIn"] | null;
         };
         /** RememberedItemOut */
         RememberedItemOut: {
@@ -3202,7 +3202,7 @@ export interface components {
             source_context?: string | null;
         };
         /** ChatIn */
-        services__query__people__models__ChatIn: {
+        services__query__people__chat__ChatIn: {
             /** Provider */
             provider: string;
             /** Chat Id */
@@ -3241,7 +3241,7 @@ export interface components {
              * @description Filter to person (e.g., 'my wife', 'Sarah')
              */
             about?: string | null;
-            chat?: components["schemas"]["services__query__people__models__ChatIn"] | null;
+            chat?: components["schemas"]["services__query__people__chat__ChatIn"] | null;
             /**
              * Limit
              * @default 5

@@ -39,11 +39,10 @@ from services.query.context.standing import (
     standing_cap,
     standing_of,
 )
-from services.query.embeddings.query import QueryVector
+from services.query.embeddings.query import QueryVector, lists_newest
 from services.query.people.subjects import subject_people
+from services.query.ranking.fusion import CONTEXT_TURNS
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
-from services.query.ranking.search_text import lists_newest
-from services.query.ranking.specs import CONTEXT_TURNS
 from services.query.ranking.turns import MessageHit, rank_turns
 from shared.dates import asks_order
 from shared.db import Executor

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.query.context.command import ContextQuery, Policy
-from services.query.people.models import ChatIn
+from services.query.people.chat import ChatIn
 from shared.dates import AS_OF_TEXT, AsOf
 
 

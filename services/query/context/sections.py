@@ -11,8 +11,8 @@ from services.query.context.budget import Block, fit_blocks
 from services.query.context.command import ContextQuery
 from services.query.context.models import ContextOut
 from services.query.embeddings.query import QueryVector
+from services.query.ranking.fusion import CONTEXT_MEMORIES
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
-from services.query.ranking.specs import CONTEXT_MEMORIES
 
 FACT_TYPES = ["fact", "preference", "instruction", "decision"]
 PROCEDURE_TYPES = ["procedure", "workflow"]

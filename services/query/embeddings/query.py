@@ -1,4 +1,27 @@
-"""Which embedder serves a user's request, and a failure-tolerant query vector.
+"""A search's query: what its text may be and means, and its vector.
+
+**The text** (one rule for every search; ranking, the use cases and the
+adapters all read it here, below them all):
+
+Every search of the agent API (``/v1/memory/search``, ``/v1/facts/search``,
+``/v1/messages/search``, ``/v1/episodes/search``, ``/v1/recall``,
+``/v1/store/search``, the Jarvus reads, admin search), the tools that call them
+(HTTP tool call, MCP) and the memory browser's search box take their text
+through :data:`SearchText` (or :data:`OptionalSearchText` where it may be left
+out) and decide with :func:`lists_newest`:
+
+- a text that is empty, only whitespace, or ``*`` asks for no match: the newest
+  rows first (a listing, under the call's other filters); nothing is embedded;
+- a text longer than :data:`MAX_SEARCH_CHARS` is refused (422 naming the field,
+  never echoing its value; a tool error for a tool call).
+
+The context's ``message`` follows the same rule: a blank message has nothing to
+match, so nothing is embedded, no past turn is shown and the memories are the
+newest. The facts listing's ``search`` filter (``GET /v1/facts``) too: blank is
+no filter.
+
+**The vector**: which embedder serves a user's request, and a failure-tolerant
+query vector.
 
 ``create_app`` keeps one resolver ``(pool, user_id, settings, *, stored=None) ->
 Embedder | None`` (default :func:`shared.embeddings.resolve_embedder`; None = the
@@ -24,11 +47,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Annotated, Protocol
 
 import asyncpg
+from pydantic import Field
 
-from services.query.ranking.search_text import lists_newest
 from shared.embeddings import DimensionTooLarge, Embedder, fit_to_column, resolve_embedder
 from shared.embeddings.guard import GuardedEmbedder, default_guards
 from shared.embeddings.local import LocalEmbedder
@@ -36,6 +59,29 @@ from shared.embeddings.user_settings import Stored, as_embedding_settings
 from shared.errors import EngramError, InfrastructureError, ProviderUnavailable
 from shared.memory.vectors import ModelEmbedder
 from shared.settings import CommonSettings
+
+MAX_SEARCH_CHARS = 2_000
+
+NEWEST = "empty, blank or '*' = the newest first"
+"""How the rule reads in a field's description (and so in the tool schemas)."""
+
+
+def lists_newest(text: str | None) -> bool:
+    """Whether ``text`` asks for the newest rows rather than for matches."""
+    return text is None or text.strip() in ("", "*")
+
+
+def described(what: str) -> str:
+    """A search field's description: what it finds, then the rule for a blank one."""
+    return f"{what}; {NEWEST}"
+
+
+SearchText = Annotated[
+    str, Field(max_length=MAX_SEARCH_CHARS, description=described("what to find"))
+]
+OptionalSearchText = Annotated[
+    str | None, Field(max_length=MAX_SEARCH_CHARS, description=described("what to find"))
+]
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import asyncpg
 
+from services.query.embeddings.query import lists_newest
 from services.query.memory.items import announce
-from services.query.ranking.search_text import lists_newest
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
 from shared.memory.confidence import by_source

@@ -24,11 +24,11 @@ from typing import Any
 
 import asyncpg
 
+from services.query.embeddings.query import lists_newest
 from services.query.memory import items as ms
 from services.query.memory.search import memory_search
 from services.query.memory.state import QueryState
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
-from services.query.ranking.search_text import lists_newest
 from shared.errors import InvalidRequest, NotFound
 from shared.memory.writer import NewItem, insert_items, publish_written
 from shared.streams import Publisher

@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 import asyncpg
 
+from services.query.embeddings.query import lists_newest
 from services.query.memory import items as ms
 from services.query.memory.search import memory_search
 from services.query.memory.state import QueryState
 from services.query.ranking.memories import SearchParams
-from services.query.ranking.search_text import lists_newest
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
 from shared.memory.writer import AUDIT_ENTITY, MemoryType

@@ -10,9 +10,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from services.query.embeddings.query import OptionalSearchText, SearchText
 from services.query.memory.checkpoints import MAX_STEP
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
-from services.query.ranking.search_text import OptionalSearchText, SearchText
 from shared.memory.confidence import DEFAULT_CONFIDENCE, SOURCE_CONFIDENCE
 from shared.memory.writer import MemoryType
 

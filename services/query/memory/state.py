@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from services.query.embeddings.query import Resolver, user_query_vector
 from services.query.memory.decisions import DecisionMetrics, Rewrite
-from services.query.ranking.specs import MESSAGE_MODES
+from services.query.ranking.fusion import MESSAGE_MODES
 from services.query.settings import QuerySettings
 from shared.embeddings.user_settings import Stored
 

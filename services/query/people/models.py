@@ -1,7 +1,7 @@
-"""Ash's remember / recall request models, and the chat a request is in.
+"""Ash's remember / recall request models (the chat a request is in: ``people/chat.py``).
 
-The HTTP routes, the tools and the context's request (``ContextIn.chat``) all take
-them from here: plain pydantic models, with no use case or query behind them.
+The HTTP routes and the tools take them from here: plain pydantic models, with no
+use case or query behind them.
 """
 
 from __future__ import annotations
@@ -10,25 +10,15 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from services.query.embeddings.query import SearchText, described
+from services.query.people.chat import ChatIn
 from services.query.people.remember import MAX_DAYS, Fact
-from services.query.ranking.search_text import SearchText, described
 from shared.dates import AS_OF_TEXT, AsOf
-from shared.memory.writer import Chat
 
 Subjects = Annotated[
     list[Annotated[str, Field(min_length=1, max_length=200)]], Field(max_length=20)
 ]
 Days = Annotated[int, Field(ge=1, le=MAX_DAYS)]
-
-
-class ChatIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    provider: Annotated[str, Field(min_length=1, max_length=100)]
-    chat_id: Annotated[str, Field(min_length=1, max_length=200)]
-
-    def chat(self) -> Chat:
-        return Chat(self.provider, self.chat_id)
 
 
 class FactIn(BaseModel):

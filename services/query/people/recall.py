@@ -15,10 +15,9 @@ from typing import Any
 
 import asyncpg
 
-from services.query.embeddings.query import QueryVector, embed_query
+from services.query.embeddings.query import MAX_SEARCH_CHARS, QueryVector, embed_query
 from services.query.people.subjects import subject_people
 from services.query.ranking.recall import MemoryHit, hit_json, is_member, search_memories
-from services.query.ranking.search_text import MAX_SEARCH_CHARS
 from shared.errors import InvalidRequest
 from shared.memory.people import Person, find_person
 from shared.memory.vectors import ModelEmbedder

@@ -1,6 +1,6 @@
 """Hybrid memory search (Nova 3.2): PostgreSQL full-text + pgvector cosine, 30/70.
 
-The candidate generators of ``memory_items`` for the ``NOVA`` spec (``specs.py``);
+The candidate generators of ``memory_items`` for the ``NOVA`` spec (``fusion.py``);
 the score is ``fusion.fuse``. The API's ``/v1/memory/search``, the tools, the
 browser's search box, admin search and the request/reply search all come here
 (through ``services.query.memory.search.memory_search``).
@@ -41,9 +41,8 @@ from typing import Any, Literal
 
 import asyncpg
 
-from services.query.ranking.fusion import Candidate, RankSpec, fuse, ranked
-from services.query.ranking.search_text import lists_newest
-from services.query.ranking.specs import NOVA, NOVA_RELEVANT
+from services.query.embeddings.query import lists_newest
+from services.query.ranking.fusion import NOVA, NOVA_RELEVANT, Candidate, RankSpec, fuse, ranked
 from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.db import Conn, Executor
 from shared.embeddings import vector_index

@@ -24,8 +24,14 @@ from typing import Any
 
 import asyncpg
 
-from services.query.ranking.fusion import Candidate, RankSpec, fuse, ranked
-from services.query.ranking.specs import ASH_RECALL, MIN_MESSAGE_SIMILARITY
+from services.query.ranking.fusion import (
+    ASH_RECALL,
+    MIN_MESSAGE_SIMILARITY,
+    Candidate,
+    RankSpec,
+    fuse,
+    ranked,
+)
 from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.db import Executor
 from shared.embeddings import vector_index

@@ -17,7 +17,7 @@ What callers may rely on:
 - each candidate comes with where it is: its episode's turns up to three places
   before and after it (``messages_episode_order_idx``, same filters), whether it
   asks a question, its length, whether it lies in a period the query names;
-- the score is ``fusion.fuse`` under the surface's ``RankSpec`` (``specs.py``):
+- the score is ``fusion.fuse`` under the surface's ``RankSpec`` (``fusion.py``):
   ``MESSAGE_MODES`` for ``/v1/messages/search`` (``fused`` the default),
   ``CONTEXT_TURNS`` for ``/v1/context``;
 - with no query vector (no embedder, or it failed) a mode that needs one falls
@@ -33,9 +33,16 @@ from typing import Any, Literal
 
 import asyncpg
 
-from services.query.ranking.fusion import Candidate, RankSpec, answer_of, fuse, ranked
-from services.query.ranking.search_text import lists_newest
-from services.query.ranking.specs import MESSAGE_MODES, MessageMode
+from services.query.embeddings.query import lists_newest
+from services.query.ranking.fusion import (
+    MESSAGE_MODES,
+    Candidate,
+    MessageMode,
+    RankSpec,
+    answer_of,
+    fuse,
+    ranked,
+)
 from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.dates import around_event, event_anchors, periods, relative
 from shared.db import Executor

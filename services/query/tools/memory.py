@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from services.query.context.theme_hints import Guidance
+from services.query.embeddings.query import lists_newest
 from services.query.memory import facts as fs
 from services.query.memory import items as ms
 from services.query.memory.requests import (
@@ -25,7 +26,6 @@ from services.query.memory.requests import (
     SearchIn,
 )
 from services.query.memory.search import memory_search
-from services.query.ranking.search_text import lists_newest
 from services.query.tools.registry import Tool, ToolContext
 from services.query.tools.specs import Operation, ToolSpec, signature
 

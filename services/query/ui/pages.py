@@ -13,9 +13,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from services.query.api.deps import Pool, State
+from services.query.embeddings.query import MAX_SEARCH_CHARS, lists_newest
 from services.query.memory.search import memory_search
 from services.query.ranking.memories import MAX_LIMIT, SearchParams
-from services.query.ranking.search_text import MAX_SEARCH_CHARS, lists_newest
 from services.query.ui import queries as q
 from services.query.ui.session import ViewerDep
 from services.query.ui.web import error_page, is_htmx, render

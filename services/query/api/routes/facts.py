@@ -10,9 +10,9 @@ from services.query.api import responses as R
 from services.query.api.auth import UserId
 from services.query.api.deps import Pool, Pub, ReadPool, State
 from services.query.api.edges import NAMED_IN_BODY
+from services.query.embeddings.query import lists_newest
 from services.query.memory import facts as fs
 from services.query.memory.requests import FactIn, FactListIn, FactSearchIn, ForgetIn, SummaryIn
-from services.query.ranking.search_text import lists_newest
 
 router = APIRouter(prefix="/v1/facts", tags=["facts (Navi)"])
 

@@ -11,8 +11,8 @@ from services.query.api import responses as R
 from services.query.api.auth import UserId
 from services.query.api.deps import Pool, Pub, State
 from services.query.api.edges import ErrorOut
+from services.query.embeddings.query import OptionalSearchText
 from services.query.memory import graph_store as gs
-from services.query.ranking.search_text import OptionalSearchText
 
 router = APIRouter(prefix="/v1/store", tags=["store (LangGraph)"])
 

@@ -11,10 +11,10 @@ from services.query.api import responses as R
 from services.query.api.auth import UserId
 from services.query.api.deps import Pool, Pub, State
 from services.query.api.edges import NAMED_IN_BODY
+from services.query.embeddings.query import MAX_SEARCH_CHARS, described
 from services.query.memory import items as ms
 from services.query.memory import jarvus as js
 from services.query.memory.requests import ActionIn, FeedbackIn, StoreIn, WorkflowIn
-from services.query.ranking.search_text import MAX_SEARCH_CHARS, described
 
 router = APIRouter(prefix="/v1/jarvus", tags=["agent memory (Jarvus)"])
 

@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from services.query.api import responses as R
 from services.query.api.auth import UserId
 from services.query.api.deps import ReadPool, State
+from services.query.embeddings.query import SearchText, lists_newest
 from services.query.ranking import turns as ms
-from services.query.ranking.search_text import SearchText, lists_newest
 from shared.dates import AS_OF_TEXT, AsOf
 
 router = APIRouter(prefix="/v1/messages", tags=["messages"])
