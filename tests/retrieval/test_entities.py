@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from services.query.ranking.specs import FUSED
+from services.query.ranking.fusion import FUSED
 from services.query.ranking.turns import rank_turns
 from tests.query.helpers import unit
 from tests.retrieval.helpers import T, add_turns
