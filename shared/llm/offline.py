@@ -616,6 +616,8 @@ _SECOND_OR_PLURAL = re.compile(
     r"us|ourselves)\b"
 )
 _FIRST_LEFT = re.compile(r"\b(I|I'm|I've|I'll|I'd)\b|(?i:\b(me|my|mine|myself)\b)")
+# a thing or person the sentence leans on the conversation for: a learned fact must
+# stand alone (docs/extractor.md "Facts that stand alone")
 _VAGUE = re.compile(r"(?i)\b(it|they|them|he|she|him|her|this|these|those|there|stuff|things?)\b")
 _TIMEISH = re.compile(
     r"(?i)\b(yesterday|today|tomorrow|tonight|last|next|ago|since|(?:jan|feb|mar|apr|may|jun|"
@@ -695,7 +697,9 @@ def extract_facts(transcript: Transcript) -> list[FactCandidate]:
 
 
 def is_statement(content: str) -> bool:
-    """A statement about named people: no question, greeting or unresolved I/you/we."""
+    """A statement about named people that stands alone: no question, greeting or
+    unresolved I/you/we, and no "it", "they", "this", "she", "there" ... whose thing,
+    person or place was said before ("Joanna is a huge fan of it")."""
     return not (
         "?" in content
         or "…" in content
@@ -703,6 +707,7 @@ def is_statement(content: str) -> bool:
         or _GREETING.match(content)
         or _FIRST_LEFT.search(content)
         or _SECOND_OR_PLURAL.search(content)
+        or _VAGUE.search(content)
     )
 
 
@@ -740,7 +745,6 @@ def _statement(s: str, name: str) -> FactCandidate | None:
     confidence += 0.05 * min(named, 2)
     confidence += 0.05 if _TIMEISH.search(s) else 0.0
     confidence += 0.05 if len(cw) >= 4 else 0.0
-    confidence -= 0.15 if _VAGUE.search(s) else 0.0
     confidence -= 0.15 if _HEDGE.search(s) else 0.0
     return _fact(
         name,

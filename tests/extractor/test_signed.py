@@ -79,6 +79,25 @@ def test_the_offline_summary_and_facts_are_whole_and_attributed() -> None:
     assert "volunteering" not in s.summary
 
 
+def test_a_statement_that_leans_on_what_was_said_before_is_no_fact() -> None:
+    """ "Joanna is a huge fan of it": what "it" is was said before, so the statement
+    alone says nothing a person would sign; a sentence naming its thing is a fact."""
+    session = [
+        ("Joanna", "I watched it too and it really spoke to me last night."),
+        ("Nate", "I like holding them every morning before work."),
+        ("Joanna", "I found out recently that she is allergic to cats as well."),
+        ("Nate", "I adopted two turtles from the shelter downtown last week."),
+    ]
+    role = {"Joanna": "user", "Nate": "assistant"}
+    facts = [
+        f.content
+        for f in extract_facts(Transcript([Line(role[s], s, t) for s, t in session], "Joanna"))
+    ]
+    assert facts == ["Last week Nate adopted two turtles from the shelter downtown."] or facts == [
+        "Nate adopted two turtles from the shelter downtown last week."
+    ], facts
+
+
 def test_whole() -> None:
     assert whole("Melanie is planning a trip.")
     assert not whole("Melanie is planning a few.")
