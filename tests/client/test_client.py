@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -366,3 +367,69 @@ async def test_a_request_head_and_body_leave_in_one_write(monkeypatch: pytest.Mo
         server.shutdown()
         server.server_close()
     assert len(writes) == 4 and min(writes) > _Echo.bodies[0] > 5000, (writes, _Echo.bodies)
+
+
+class _Heads(BaseHTTPRequestHandler):
+    """Keeps each request's method, path, headers and body; answers what both calls read."""
+
+    protocol_version = "HTTP/1.1"
+    seen: list[tuple[str, str, dict[str, str], bytes]] = []
+
+    def _answer(self) -> None:
+        size = int(self.headers.get("Content-Length") or 0)
+        _Heads.seen.append((self.command, self.path, dict(self.headers), self.rfile.read(size)))
+        data = b'{"stored": 1, "facts": [], "total": 0}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_requests_carry_what_httpx_would_send() -> None:
+    """The clients hand a call to their own connection pool without httpx's client
+    layer; what reaches the server is what httpx.Client sent: the method, the quoted
+    path, the key, the JSON body, its length and type (a query string: through httpx)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Heads)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    _Heads.seen = []
+    writes = [{"idx": 0, "channel": "c", "value": "é ☃"}]
+    try:
+        with Engram(url, "k1", user="u1") as client:
+            client.checkpoints.put_writes("t/1", "c 1", "task", writes)
+        async with AsyncEngram(url, "k2") as aclient:
+            await aclient.checkpoints.put_writes("t/1", "c 1", "task", writes)
+            await aclient.facts.list(category="x")
+    finally:
+        server.shutdown()
+        server.server_close()
+    (m1, p1, h1, b1), (m2, p2, h2, b2), (m3, p3, h3, _) = _Heads.seen
+    assert m1 == m2 == "PUT" and p1 == p2 == "/v1/threads/t%2F1/checkpoints/c%201/writes"
+    assert h1["Authorization"] == "Bearer k1" and h1["X-Engram-User"] == "u1"
+    assert h2["Authorization"] == "Bearer k2" and "X-Engram-User" not in h2
+    for h, b in ((h1, b1), (h2, b2)):
+        assert h["Content-Type"] == "application/json" and h["Content-Length"] == str(len(b))
+        assert h["Host"] == url[7:-1] and h["User-Agent"] == "engram-client/0.1"
+        assert json.loads(b)["writes"] == writes and "é ☃".encode() in b  # as httpx: UTF-8
+    assert m3 == "GET" and p3 == "/v1/facts?category=x" and h3["Authorization"] == "Bearer k2"
+
+
+async def test_a_refused_connection_is_retried_then_raised() -> None:
+    from engram_client import ConnectionFailed
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    policy = RetryPolicy(attempts=2, backoff_s=0.01)
+    with Engram(f"http://127.0.0.1:{port}", "k", retry=policy) as client:
+        with pytest.raises(ConnectionFailed, match="ConnectError"):
+            client.me()
+    async with AsyncEngram(f"http://127.0.0.1:{port}", "k", retry=policy) as aclient:
+        with pytest.raises(ConnectionFailed, match="ConnectError"):
+            await aclient.checkpoints.query(thread_id="t")
