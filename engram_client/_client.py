@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import re
 import time
@@ -19,9 +20,11 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpcore
 import httpx
+from pydantic_core import PydanticSerializationError, to_json
 
 from engram_client import _calls as c
 from engram_client._corked import cork
+from engram_client._wire import AsyncWire
 from engram_client.errors import ConnectionFailed, EngramError, error_for
 
 P = ParamSpec("P")
@@ -85,9 +88,40 @@ class _Answer:
 
 
 def _json(value: Any) -> bytes:
-    # as httpx encodes ``json=``
+    """``value`` as httpx encodes ``json=`` (``json.dumps``, compact, UTF-8, no NaN). Plain
+    JSON values (dicts with text keys, lists, text, numbers, booleans, None; finite
+    floats) are written by pydantic's encoder, the same JSON ~4x faster (a checkpoint's
+    state: 18 us against 76 for 62 kB; a float may be spelled 1.5e-7 for 1.5e-07);
+    anything else as before, with its errors."""
+    if _plain_json(value):
+        try:
+            return to_json(value)
+        except PydanticSerializationError:
+            pass  # e.g. a lone surrogate: json.dumps below raises as it always did
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return text.encode()
+
+
+def _plain_json(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is str or t is int or t is bool or v is None:
+            continue
+        if t is float:
+            if not math.isfinite(v):
+                return False
+        elif t is dict:
+            for k in v:
+                if type(k) is not str:
+                    return False
+            stack.extend(v.values())
+        elif t is list or t is tuple:
+            stack.extend(v)
+        else:
+            return False
+    return True
 
 
 class _Requests:
@@ -113,6 +147,25 @@ class _Requests:
         self.raw_headers = [(b"Host", url.netloc)] + [
             (k.encode(), v.encode()) for k, v in self.headers.items() if k != "Accept-Encoding"
         ]
+        # the same headers, asking for the answer as it is
+        self.wire_head = b"".join(
+            b"%s: %s\r\n" % (k, b"identity" if k == b"Accept-Encoding" else v)
+            for k, v in [(b"Host", url.netloc)]
+            + [(k.encode(), v.encode()) for k, v in self.headers.items()]
+        )
+
+    def wire(self, call: c.Call[Any]) -> bytes | None:
+        """The call as the bytes of an HTTP/1.1 request for :class:`AsyncWire`, or None."""
+        if call.params or not _PLAIN_PATH.fullmatch(call.path):
+            return None
+        line = b"%s %s%s HTTP/1.1\r\n" % (call.method.encode(), self.url[3], call.path.encode())
+        if call.json is not None:
+            content = _json(call.json)
+            size = b"Content-Length: %d\r\nContent-Type: application/json\r\n\r\n" % len(content)
+            return line + self.wire_head + size + content
+        if call.method in ("POST", "PUT", "PATCH"):
+            return line + self.wire_head + b"Content-Length: 0\r\n\r\n"
+        return line + self.wire_head + b"\r\n"
 
     def direct(self, call: c.Call[Any]) -> httpcore.Request | None:
         """The call as an httpcore request for the client's own pool, or None."""
@@ -153,6 +206,16 @@ class _Requests:
             content=_json(call.json),
             extensions=self.extensions,
         )
+
+
+def _wire_for(base_url: str, api_key: str, user: str | None, timeout: float) -> AsyncWire | None:
+    """The async client's own HTTP/1.1 connections for an ``http://`` URL whose headers are
+    plain text (else httpx: TLS, and what h11 would refuse, as before)."""
+    url = httpx.URL(base_url)
+    texts = [api_key, user or "", url.host]
+    if url.scheme != "http" or any(not t.isprintable() or not t.isascii() for t in texts):
+        return None
+    return AsyncWire(url.host, url.port or 80, timeout)
 
 
 def _retry_after(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -426,10 +489,12 @@ class AsyncEngram:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         pool = None
+        self._wire: AsyncWire | None = None
         if transport is None:
             transport = httpx.AsyncHTTPTransport()
             cork(transport)
             pool = _own_pool(transport)
+            self._wire = _wire_for(base_url, api_key, user, timeout)
         self._transport = transport
         self._requests = _Requests(base_url, api_key, user, timeout, pool)
         self.retry = retry or RetryPolicy()
@@ -461,6 +526,13 @@ class AsyncEngram:
         raise EngramError("no attempts configured")
 
     async def _exchange(self, call: c.Call[Any]) -> _Answer:
+        if self._wire is not None:
+            request = self._requests.wire(call)
+            if request is not None:
+                got = await self._wire.send(request, head=call.method == "HEAD")
+                retry_after = got.headers.get(b"retry-after")
+                wait = None if retry_after is None else retry_after.decode("latin-1")
+                return _Answer(got.status, wait, got.content)
         direct = self._requests.direct(call)
         if direct is not None:
             pool: httpcore.AsyncConnectionPool = self._requests.pool  # type: ignore[assignment]
@@ -478,6 +550,8 @@ class AsyncEngram:
         return _Answer(response.status_code, response.headers.get("retry-after"), response.content)
 
     async def aclose(self) -> None:
+        if self._wire is not None:
+            await self._wire.aclose()
         await self._transport.aclose()
 
     async def __aenter__(self) -> AsyncEngram:

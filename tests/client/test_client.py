@@ -23,6 +23,7 @@ import pytest
 from engram_client import (
     AsyncEngram,
     AuthenticationError,
+    ConnectionFailed,
     Engram,
     NotFound,
     PayloadTooLarge,
@@ -336,20 +337,26 @@ class _Echo(BaseHTTPRequestHandler):
 
 
 async def test_a_request_head_and_body_leave_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
-    """httpcore writes a request's head and body apart; the clients hold them until the
-    answer is read, so the server is woken once per call (sync and async)."""
-    from httpcore._backends.anyio import AnyIOStream
+    """httpcore writes a request's head and body apart; the sync client holds them until
+    the answer is read, and the async one writes its request at once (engram_client/
+    _wire.py), so the server is woken once per call."""
     from httpcore._backends.sync import SyncStream
 
     writes: list[int] = []
-    for cls in (SyncStream, AnyIOStream):
-        real = cls.write
+    real = SyncStream.write
 
-        def counted(self: object, buffer: bytes, timeout: float | None = None, real=real):  # type: ignore[no-untyped-def]
-            writes.append(len(buffer))
-            return real(self, buffer, timeout)
+    def counted(self: object, buffer: bytes, timeout: float | None = None):  # type: ignore[no-untyped-def]
+        writes.append(len(buffer))
+        return real(self, buffer, timeout)
 
-        monkeypatch.setattr(cls, "write", counted)
+    real_async = asyncio.StreamWriter.write
+
+    def counted_async(self: asyncio.StreamWriter, data: bytes) -> None:  # type: ignore[override]
+        writes.append(len(data))
+        real_async(self, data)
+
+    monkeypatch.setattr(SyncStream, "write", counted)
+    monkeypatch.setattr(asyncio.StreamWriter, "write", counted_async)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -421,8 +428,6 @@ async def test_requests_carry_what_httpx_would_send() -> None:
 
 
 async def test_a_refused_connection_is_retried_then_raised() -> None:
-    from engram_client import ConnectionFailed
-
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -433,3 +438,70 @@ async def test_a_refused_connection_is_retried_then_raised() -> None:
     async with AsyncEngram(f"http://127.0.0.1:{port}", "k", retry=policy) as aclient:
         with pytest.raises(ConnectionFailed, match="ConnectError"):
             await aclient.checkpoints.query(thread_id="t")
+
+
+class _Ways(BaseHTTPRequestHandler):
+    """Answers each request a way of ``script`` (chunked, closing, slow) with ``ME``."""
+
+    protocol_version = "HTTP/1.1"
+    script: list[str] = []
+    seen: list[str] = []
+
+    def do_GET(self) -> None:
+        way = _Ways.script.pop(0) if _Ways.script else "plain"
+        _Ways.seen.append(way)
+        data = json.dumps(ME).encode()
+        if way == "slow":
+            time.sleep(0.5)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if way == "chunked":
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in (data[:7], data[7:]):
+                self.wfile.write(b"%x;ext=1\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\nX-Trailer: 1\r\n\r\n")
+        else:
+            self.send_header("Content-Length", str(len(data)))
+            if way == "close":
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+        if way == "drop":  # closes the kept connection without saying so (idle timeout)
+            self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Quiet(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # the client hung up on the slow answer: expected
+
+
+async def test_the_async_clients_own_connections() -> None:
+    """engram_client/_wire.py: an answer chunked or sized, a connection kept or closed by
+    the server (said or not), each request sent once; a slow answer times out."""
+    server = _Quiet(("127.0.0.1", 0), _Ways)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    _Ways.script = ["chunked", "plain", "close", "plain", "drop", "plain", "plain"]
+    _Ways.seen = []
+    try:
+        async with AsyncEngram(url, "k") as client:
+            assert client._wire is not None
+            for _ in range(4):
+                assert (await client.me()).user_id == "u1"
+            await asyncio.sleep(0.05)
+            for _ in range(3):
+                assert (await client.me()).user_id == "u1"
+                await asyncio.sleep(0.05)  # the dropped connection's end is seen
+        assert _Ways.seen == ["chunked", "plain", "close", "plain", "drop", "plain", "plain"]
+        _Ways.script = ["slow"]
+        policy = RetryPolicy(attempts=1)
+        async with AsyncEngram(url, "k", timeout=0.2, retry=policy) as client:
+            with pytest.raises(ConnectionFailed, match="ReadTimeout"):
+                await client.me()
+    finally:
+        server.shutdown()
+        server.server_close()
