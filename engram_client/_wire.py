@@ -24,6 +24,8 @@ import httpx
 
 KEEP_IDLE = 20
 """Idle connections kept (httpx's default keep-alive limit)."""
+MAX_OPEN = 100
+"""Connections open at once (httpx's default limit); more calls at once wait their turn."""
 MAX_HEAD = 1 << 20
 """An answer's status line and headers may be this long."""
 
@@ -58,6 +60,7 @@ class AsyncWire:
         self.timeout = timeout
         self._idle: list[_Connection] = []
         self._closed = False
+        self._open = asyncio.Semaphore(MAX_OPEN)
 
     async def _connect(self) -> _Connection:
         try:
@@ -79,6 +82,10 @@ class AsyncWire:
 
     async def send(self, request: bytes, *, head: bool = False) -> Answer:
         """``request`` (its head and body) on a kept connection or a new one; the answer."""
+        async with self._open:  # one connection per call under way
+            return await self._send(request, head)
+
+    async def _send(self, request: bytes, head: bool) -> Answer:
         conn = self._take()
         if conn is not None:
             try:

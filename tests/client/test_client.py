@@ -16,6 +16,7 @@ import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -502,6 +503,60 @@ async def test_the_async_clients_own_connections() -> None:
         async with AsyncEngram(url, "k", timeout=0.2, retry=policy) as client:
             with pytest.raises(ConnectionFailed, match="ReadTimeout"):
                 await client.me()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _Slow(BaseHTTPRequestHandler):
+    """Answers ``ME`` after 10 ms."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        time.sleep(0.01)
+        data = json.dumps(ME).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Busy(_Quiet):
+    request_queue_size = 256  # the listen backlog: 100 connections at once
+
+
+async def test_calls_at_once_share_at_most_100_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As httpx's pool: at most 100 connections open at once; more calls wait."""
+    from engram_client import _wire
+
+    count = {"open": 0, "most": 0}
+    real_init, real_close = _wire._Connection.__init__, _wire._Connection.close
+
+    def opened(self: _wire._Connection, *args: Any) -> None:
+        real_init(self, *args)
+        count["open"] += 1
+        count["most"] = max(count["most"], count["open"])
+
+    def closed(self: _wire._Connection) -> None:
+        if not self.writer.is_closing():
+            count["open"] -= 1
+        real_close(self)
+
+    monkeypatch.setattr(_wire._Connection, "__init__", opened)
+    monkeypatch.setattr(_wire._Connection, "close", closed)
+    server = _Busy(("127.0.0.1", 0), _Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        async with AsyncEngram(f"http://127.0.0.1:{server.server_address[1]}", "k") as client:
+            answers = await asyncio.gather(*(client.me() for _ in range(250)))
+        assert {a.user_id for a in answers} == {"u1"}
+        assert count["most"] == 100
     finally:
         server.shutdown()
         server.server_close()
