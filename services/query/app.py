@@ -19,6 +19,7 @@ from fastapi_offline import FastAPIOffline
 
 from services.query.api import edges, faults, metrics, replica
 from services.query.api.auth import KeyCache
+from services.query.api.lean import LeanRoutes
 from services.query.api.routes import (
     admin,
     archive,
@@ -160,6 +161,8 @@ def create_app(
     for router in (*ROUTERS, BROWSER):
         app.include_router(router)
     _install_error_handlers(app)
+    # innermost: a checkpoint's put and get answered without FastAPI's routing (lean.py)
+    app.add_middleware(LeanRoutes, fastapi=app, routes=graph_checkpoints.lean_routes())
     app.add_middleware(replica.ReplicaFallback, routing=reads)
     faults.install(app, registry=rt.metrics.registry, route_label=metrics.route_label)
     metrics.install(app, rt)

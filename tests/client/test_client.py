@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -22,6 +24,7 @@ import pytest
 from engram_client import (
     AsyncEngram,
     AuthenticationError,
+    ConnectionFailed,
     Engram,
     NotFound,
     PayloadTooLarge,
@@ -335,20 +338,26 @@ class _Echo(BaseHTTPRequestHandler):
 
 
 async def test_a_request_head_and_body_leave_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
-    """httpcore writes a request's head and body apart; the clients hold them until the
-    answer is read, so the server is woken once per call (sync and async)."""
-    from httpcore._backends.anyio import AnyIOStream
+    """httpcore writes a request's head and body apart; the sync client holds them until
+    the answer is read, and the async one writes its request at once (engram_client/
+    _wire.py), so the server is woken once per call."""
     from httpcore._backends.sync import SyncStream
 
     writes: list[int] = []
-    for cls in (SyncStream, AnyIOStream):
-        real = cls.write
+    real = SyncStream.write
 
-        def counted(self: object, buffer: bytes, timeout: float | None = None, real=real):  # type: ignore[no-untyped-def]
-            writes.append(len(buffer))
-            return real(self, buffer, timeout)
+    def counted(self: object, buffer: bytes, timeout: float | None = None):  # type: ignore[no-untyped-def]
+        writes.append(len(buffer))
+        return real(self, buffer, timeout)
 
-        monkeypatch.setattr(cls, "write", counted)
+    real_async = asyncio.StreamWriter.write
+
+    def counted_async(self: asyncio.StreamWriter, data: bytes) -> None:  # type: ignore[override]
+        writes.append(len(data))
+        real_async(self, data)
+
+    monkeypatch.setattr(SyncStream, "write", counted)
+    monkeypatch.setattr(asyncio.StreamWriter, "write", counted_async)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -366,3 +375,188 @@ async def test_a_request_head_and_body_leave_in_one_write(monkeypatch: pytest.Mo
         server.shutdown()
         server.server_close()
     assert len(writes) == 4 and min(writes) > _Echo.bodies[0] > 5000, (writes, _Echo.bodies)
+
+
+class _Heads(BaseHTTPRequestHandler):
+    """Keeps each request's method, path, headers and body; answers what both calls read."""
+
+    protocol_version = "HTTP/1.1"
+    seen: list[tuple[str, str, dict[str, str], bytes]] = []
+
+    def _answer(self) -> None:
+        size = int(self.headers.get("Content-Length") or 0)
+        _Heads.seen.append((self.command, self.path, dict(self.headers), self.rfile.read(size)))
+        data = b'{"stored": 1, "facts": [], "total": 0}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_requests_carry_what_httpx_would_send() -> None:
+    """The clients hand a call to their own connection pool without httpx's client
+    layer; what reaches the server is what httpx.Client sent: the method, the quoted
+    path, the key, the JSON body, its length and type (a query string: through httpx)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Heads)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    _Heads.seen = []
+    writes = [{"idx": 0, "channel": "c", "value": "é ☃"}]
+    try:
+        with Engram(url, "k1", user="u1") as client:
+            client.checkpoints.put_writes("t/1", "c 1", "task", writes)
+        async with AsyncEngram(url, "k2") as aclient:
+            await aclient.checkpoints.put_writes("t/1", "c 1", "task", writes)
+            await aclient.facts.list(category="x")
+    finally:
+        server.shutdown()
+        server.server_close()
+    (m1, p1, h1, b1), (m2, p2, h2, b2), (m3, p3, h3, _) = _Heads.seen
+    assert m1 == m2 == "PUT" and p1 == p2 == "/v1/threads/t%2F1/checkpoints/c%201/writes"
+    assert h1["Authorization"] == "Bearer k1" and h1["X-Engram-User"] == "u1"
+    assert h2["Authorization"] == "Bearer k2" and "X-Engram-User" not in h2
+    for h, b in ((h1, b1), (h2, b2)):
+        assert h["Content-Type"] == "application/json" and h["Content-Length"] == str(len(b))
+        assert h["Host"] == url[7:-1] and h["User-Agent"] == "engram-client/0.1"
+        assert json.loads(b)["writes"] == writes and "é ☃".encode() in b  # as httpx: UTF-8
+    assert m3 == "GET" and p3 == "/v1/facts?category=x" and h3["Authorization"] == "Bearer k2"
+
+
+async def test_a_refused_connection_is_retried_then_raised() -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    policy = RetryPolicy(attempts=2, backoff_s=0.01)
+    with Engram(f"http://127.0.0.1:{port}", "k", retry=policy) as client:
+        with pytest.raises(ConnectionFailed, match="ConnectError"):
+            client.me()
+    async with AsyncEngram(f"http://127.0.0.1:{port}", "k", retry=policy) as aclient:
+        with pytest.raises(ConnectionFailed, match="ConnectError"):
+            await aclient.checkpoints.query(thread_id="t")
+
+
+class _Ways(BaseHTTPRequestHandler):
+    """Answers each request a way of ``script`` (chunked, closing, slow) with ``ME``."""
+
+    protocol_version = "HTTP/1.1"
+    script: list[str] = []
+    seen: list[str] = []
+
+    def do_GET(self) -> None:
+        way = _Ways.script.pop(0) if _Ways.script else "plain"
+        _Ways.seen.append(way)
+        data = json.dumps(ME).encode()
+        if way == "slow":
+            time.sleep(0.5)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if way == "chunked":
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in (data[:7], data[7:]):
+                self.wfile.write(b"%x;ext=1\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\nX-Trailer: 1\r\n\r\n")
+        else:
+            self.send_header("Content-Length", str(len(data)))
+            if way == "close":
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+        if way == "drop":  # closes the kept connection without saying so (idle timeout)
+            self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Quiet(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # the client hung up on the slow answer: expected
+
+
+async def test_the_async_clients_own_connections() -> None:
+    """engram_client/_wire.py: an answer chunked or sized, a connection kept or closed by
+    the server (said or not), each request sent once; a slow answer times out."""
+    server = _Quiet(("127.0.0.1", 0), _Ways)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    _Ways.script = ["chunked", "plain", "close", "plain", "drop", "plain", "plain"]
+    _Ways.seen = []
+    try:
+        async with AsyncEngram(url, "k") as client:
+            assert client._wire is not None
+            for _ in range(4):
+                assert (await client.me()).user_id == "u1"
+            await asyncio.sleep(0.05)
+            for _ in range(3):
+                assert (await client.me()).user_id == "u1"
+                await asyncio.sleep(0.05)  # the dropped connection's end is seen
+        assert _Ways.seen == ["chunked", "plain", "close", "plain", "drop", "plain", "plain"]
+        _Ways.script = ["slow"]
+        policy = RetryPolicy(attempts=1)
+        async with AsyncEngram(url, "k", timeout=0.2, retry=policy) as client:
+            with pytest.raises(ConnectionFailed, match="ReadTimeout"):
+                await client.me()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _Slow(BaseHTTPRequestHandler):
+    """Answers ``ME`` after 10 ms."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        time.sleep(0.01)
+        data = json.dumps(ME).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Busy(_Quiet):
+    request_queue_size = 256  # the listen backlog: 100 connections at once
+
+
+async def test_calls_at_once_share_at_most_100_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As httpx's pool: at most 100 connections open at once; more calls wait."""
+    from engram_client import _wire
+
+    count = {"open": 0, "most": 0}
+    real_init, real_close = _wire._Connection.__init__, _wire._Connection.close
+
+    def opened(self: _wire._Connection, *args: Any) -> None:
+        real_init(self, *args)
+        count["open"] += 1
+        count["most"] = max(count["most"], count["open"])
+
+    def closed(self: _wire._Connection) -> None:
+        if not self.writer.is_closing():
+            count["open"] -= 1
+        real_close(self)
+
+    monkeypatch.setattr(_wire._Connection, "__init__", opened)
+    monkeypatch.setattr(_wire._Connection, "close", closed)
+    server = _Busy(("127.0.0.1", 0), _Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        async with AsyncEngram(f"http://127.0.0.1:{server.server_address[1]}", "k") as client:
+            answers = await asyncio.gather(*(client.me() for _ in range(250)))
+        assert {a.user_id for a in answers} == {"u1"}
+        assert count["most"] == 100
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -186,6 +186,11 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return again
 
 
+PARSED_BODY = "engram.parsed_body"
+"""``(body, its JSON)`` once checked here: read, not changed, by what parses it again
+(``lean.LeanRoutes``: the body is not decoded twice)."""
+
+
 def _body_problem(scope: Scope, body: bytes) -> tuple[Loc, str] | None:
     if not body:
         return None
@@ -198,7 +203,10 @@ def _body_problem(scope: Scope, body: bytes) -> tuple[Loc, str] | None:
             return ("body",), f"is nested deeper than {MAX_JSON_DEPTH} levels"
         except (ValueError, UnicodeDecodeError):
             return None  # not JSON: the route's validation says so
-        return find_problem(data, ("body",))
+        found = find_problem(data, ("body",))
+        if found is None:
+            scope[PARSED_BODY] = (body, data)
+        return found
     if ctype == b"multipart/form-data":
         return _multipart_problem(body)
     if ctype == b"application/x-www-form-urlencoded":

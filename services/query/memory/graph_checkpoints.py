@@ -19,6 +19,7 @@ import json
 from typing import Any, Literal
 
 import asyncpg
+import orjson
 
 from services.query.memory.checkpoints import MAX_STEP
 from shared.db import audit
@@ -40,7 +41,7 @@ c AS (
     VALUES ($1, $2, $3, $4, $5, $6,
             coalesce((SELECT least(p.step + 1, {MAX_STEP}) FROM checkpoints p
                       WHERE p.user_id = $1 AND p.thread_id = $2 AND p.checkpoint_id = $5), 0),
-            $7)
+            $7::text::jsonb)
     ON CONFLICT (user_id, thread_id, checkpoint_id) DO UPDATE
     SET state = EXCLUDED.state, parent_id = EXCLUDED.parent_id, agent_id = EXCLUDED.agent_id,
         step = EXCLUDED.step
@@ -55,6 +56,18 @@ a AS (
 )
 SELECT * FROM c
 """
+
+
+def json_text(value: Any) -> str:
+    """``value`` as JSON text for a ``$n::text::jsonb`` parameter: orjson, ~40x faster than
+    the pool's ``json.dumps`` on a checkpoint's state (~80 us for 62 kB; PostgreSQL makes
+    the same jsonb of either); ``json.dumps`` for what orjson refuses (an integer past 64
+    bits). What the API takes is already checked storable (``shared.storable``)."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value)
+
 
 # $2-$5 narrow (NULL: any); $6 is a cursor id: only checkpoints older than it; $8: with
 # each checkpoint's pending writes, in the order LangGraph applies them (one round trip).
@@ -178,7 +191,7 @@ async def put(
     if parent_id == checkpoint_id:
         raise InvalidRequest("parent_id: a checkpoint cannot be its own parent")
     row = await pool.fetchrow(
-        PUT, user_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, agent_id, state
+        PUT, user_id, thread_id, checkpoint_ns, checkpoint_id, parent_id, agent_id, json_text(state)
     )
     if row is None:
         raise InvalidRequest(

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.query.api import responses as R
 from services.query.api.auth import UserId
 from services.query.api.deps import Pool
+from services.query.api.deps import pool as pool_of
+from services.query.api.lean import LeanRoute
 from services.query.memory import graph_checkpoints as gc
 
 router = APIRouter(tags=["checkpoints (Jarvus)"])
@@ -215,3 +218,37 @@ async def delete(body: CheckpointDeleteIn, user_id: UserId, pool: Pool) -> dict[
 )
 async def prune(body: PruneIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
     return await gc.prune(pool, user_id=user_id, thread_ids=body.thread_ids, keep=body.keep)
+
+
+# --- LangGraph's two calls a step, without FastAPI's per-request path ---------------
+
+
+async def _lean_put(
+    request: Request, user_id: str, params: dict[str, str], body: GraphCheckpointIn
+) -> dict[str, Any]:
+    return await gc.put(
+        pool_of(request),
+        user_id=user_id,
+        thread_id=params["thread_id"],
+        checkpoint_id=params["checkpoint_id"],
+        state=body.state,
+        checkpoint_ns=body.checkpoint_ns,
+        parent_id=body.parent_id,
+        agent_id=body.agent_id,
+    )
+
+
+async def _lean_query(
+    request: Request, user_id: str, params: dict[str, str], body: CheckpointQueryIn
+) -> dict[str, Any]:
+    return {"checkpoints": await gc.query(pool_of(request), user_id=user_id, **body.model_dump())}
+
+
+def lean_routes() -> list[LeanRoute]:
+    """A checkpoint's put and the query ``get_tuple`` sends, answered by
+    :class:`~services.query.api.lean.LeanRoutes` as the routes above answer them."""
+    routes = {r.endpoint: r for r in router.routes if isinstance(r, APIRoute)}
+    return [
+        LeanRoute(routes[put], GraphCheckpointIn, _lean_put),
+        LeanRoute(routes[query], CheckpointQueryIn, _lean_query),
+    ]
