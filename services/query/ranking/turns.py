@@ -311,7 +311,9 @@ semantic AS MATERIALIZED (
 # A turn's length and whether it asks are read from message_shapes (migration
 # 0181: computed as the turn was stored), not from its words and content (reading
 # those detoasts a long turn's: ~4,000 a query at 10,000 BEAM turns); from the turn
-# where it has no row.
+# where it has no row (a probe of the turn, made only then: the walk itself reads
+# only columns ``messages_episode_order_idx`` holds, migration 0196, an index-only
+# scan).
 _NEAR = """
 LEFT JOIN LATERAL (
     SELECT array_agg(n.id ORDER BY n.occurred_at {desc}, n.id {desc}) AS ids,
@@ -320,7 +322,9 @@ LEFT JOIN LATERAL (
            array_agg(n.len ORDER BY n.occurred_at {desc}, n.id {desc}) AS lens
     FROM (SELECT m.id, m.occurred_at, {who} AS who,
                  coalesce((SELECT s.lexemes FROM message_shapes s
-                           WHERE s.user_id = $1 AND s.message_id = m.id), length(m.fts)) AS len
+                           WHERE s.user_id = $1 AND s.message_id = m.id),
+                          (SELECT length(x.fts) FROM messages x
+                           WHERE x.user_id = $1 AND x.id = m.id)) AS len
           FROM messages m
           WHERE m.episode_id = t.episode_id AND m.user_id = $1
             AND (m.occurred_at, m.id) {cmp} (t.occurred_at, t.id) {filters}
