@@ -141,6 +141,12 @@ hit AS (
 # a speaker whose name holds it. The words are one array (``= ANY``): the planner
 # then walks the primary key once per word (index only) where a join with
 # ``qterms`` had it hash a third of the table.
+# A posting not of the speaker's name is of the document's own words (``in_text``),
+# so its document is found and it counts for its word's document frequency: the
+# frequencies are counted over the postings read, and ``hit`` asks which documents
+# are found (a hashed set of them) only for a posting of a speaker's name, so a query
+# naming no speaker hashes nothing (10,000 BEAM turns, a question of 29 words:
+# 30,558 postings; docs/retrieval.md, "Long history").
 _BM25_STATS = """
 qterms AS MATERIALIZED (
     SELECT DISTINCT w AS lexeme
@@ -162,18 +168,19 @@ posted AS MATERIALIZED (
     FROM message_postings p
     WHERE p.user_id = $1 AND p.lexeme = ANY(ARRAY(SELECT lexeme FROM qterms)) AND {documents}
 ),
-hit AS MATERIALIZED (
+hit AS (
     SELECT h.id, h.part, h.dl, h.lexeme, h.tf, h.by_name
     FROM posted h
-    WHERE (h.id, h.part) IN (SELECT f.id, f.part FROM posted f WHERE f.in_text)
+    WHERE h.in_text OR (h.id, h.part) IN (SELECT f.id, f.part FROM posted f WHERE f.in_text)
 ),
 terms AS MATERIALIZED (
     SELECT t.lexeme,
-           (count(h.id) FILTER (WHERE NOT h.by_name)
+           (coalesce(p.n, 0)
             + (SELECT coalesce(sum(s.turns), 0) FROM speakers s WHERE t.lexeme = ANY(s.words))
            )::float8 AS df
-    FROM qterms t LEFT JOIN hit h ON h.lexeme = t.lexeme
-    GROUP BY t.lexeme
+    FROM qterms t
+         LEFT JOIN (SELECT lexeme, count(*) FILTER (WHERE NOT by_name) AS n
+                    FROM posted GROUP BY lexeme) AS p USING (lexeme)
 ),
 """
 
