@@ -70,19 +70,28 @@ _FILTERS = """
 
 # BM25 (k1 = 1.2, b = 0.5) of the turns in ``hit`` (id, dl: the turn's length in
 # distinct words, lexeme, tf), given ``terms`` (lexeme, df) and ``corpus`` (n, avgdl):
-# the one formula both BM25 statements below end in.
+# the one formula every BM25 statement below ends in.
 # A document is a turn, or a passage of one (``part``: the passage's idx) when
 # passages are read; a turn scores its best document's.
-_BM25_RANKED = """lexical AS (
+# Each word's weight (idf) is computed once, not once per posting read.
+_BM25_SCORE = """sum(w.idf
+                       * h.tf * 2.2 / (h.tf + 1.2 * (0.5 + 0.5 * h.dl / w.avgdl)))::float8"""
+_BM25_WEIGHTS = """weights AS MATERIALIZED (
+    SELECT t.lexeme, ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5)) AS idf, c.avgdl
+    FROM terms t CROSS JOIN corpus c
+),
+"""
+_BM25_RANKED = (
+    _BM25_WEIGHTS
+    + """lexical AS (
     SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
     FROM (
         SELECT d.id, max(d.rank) AS rank
         FROM (
-            SELECT h.id,
-                   sum(ln(1 + (c.n - t.df + 0.5) / (t.df + 0.5))
-                       * h.tf * 2.2 / (h.tf + 1.2 * (0.5 + 0.5 * h.dl / c.avgdl)))::float8
-                       AS rank
-            FROM hit h JOIN terms t USING (lexeme) CROSS JOIN corpus c
+            SELECT h.id, """
+    + _BM25_SCORE
+    + """ AS rank
+            FROM hit h JOIN weights w USING (lexeme)
             GROUP BY h.id, h.part
         ) AS d
         GROUP BY d.id
@@ -90,6 +99,24 @@ _BM25_RANKED = """lexical AS (
         LIMIT $8
     ) AS l
 )"""
+)
+# ... where a turn is its one document (no passages read): one aggregation, not two
+# (~1 ms of a long question's 30,000 postings).
+_BM25_RANKED_TURNS = (
+    _BM25_WEIGHTS
+    + """lexical AS (
+    SELECT l.id, l.rank, row_number() OVER (ORDER BY l.rank DESC, l.id) AS pos
+    FROM (
+        SELECT h.id, """
+    + _BM25_SCORE
+    + """ AS rank
+        FROM hit h JOIN weights w USING (lexeme)
+        GROUP BY h.id
+        ORDER BY rank DESC, h.id
+        LIMIT $8
+    ) AS l
+)"""
+)
 
 # BM25's documents: a user's turns, each its content plus its speaker's name.
 _BM25_TURNS = """
@@ -141,6 +168,12 @@ hit AS (
 # a speaker whose name holds it. The words are one array (``= ANY``): the planner
 # then walks the primary key once per word (index only) where a join with
 # ``qterms`` had it hash a third of the table.
+# A posting not of the speaker's name is of the document's own words (``in_text``),
+# so its document is found and it counts for its word's document frequency: the
+# frequencies are counted over the postings read, and ``hit`` asks which documents
+# are found (a hashed set of them) only for a posting of a speaker's name, so a query
+# naming no speaker hashes nothing (10,000 BEAM turns, a question of 29 words:
+# 30,558 postings; docs/retrieval.md, "Long history").
 _BM25_STATS = """
 qterms AS MATERIALIZED (
     SELECT DISTINCT w AS lexeme
@@ -162,18 +195,19 @@ posted AS MATERIALIZED (
     FROM message_postings p
     WHERE p.user_id = $1 AND p.lexeme = ANY(ARRAY(SELECT lexeme FROM qterms)) AND {documents}
 ),
-hit AS MATERIALIZED (
+hit AS (
     SELECT h.id, h.part, h.dl, h.lexeme, h.tf, h.by_name
     FROM posted h
-    WHERE (h.id, h.part) IN (SELECT f.id, f.part FROM posted f WHERE f.in_text)
+    WHERE h.in_text OR (h.id, h.part) IN (SELECT f.id, f.part FROM posted f WHERE f.in_text)
 ),
 terms AS MATERIALIZED (
     SELECT t.lexeme,
-           (count(h.id) FILTER (WHERE NOT h.by_name)
+           (coalesce(p.n, 0)
             + (SELECT coalesce(sum(s.turns), 0) FROM speakers s WHERE t.lexeme = ANY(s.words))
            )::float8 AS df
-    FROM qterms t LEFT JOIN hit h ON h.lexeme = t.lexeme
-    GROUP BY t.lexeme
+    FROM qterms t
+         LEFT JOIN (SELECT lexeme, count(*) FILTER (WHERE NOT by_name) AS n
+                    FROM posted GROUP BY lexeme) AS p USING (lexeme)
 ),
 """
 
@@ -191,7 +225,7 @@ lexical AS (
 )""",
     # BM25 over the user's own turns, each turn's document being its content plus
     # its speaker's name; document length is the number of distinct lexemes.
-    "bm25": _BM25_TURNS + _BM25 + _BM25_RANKED,
+    "bm25": _BM25_TURNS + _BM25 + _BM25_RANKED_TURNS,
     # the same over documents that are a long turn's passages (``lexical_passages``)
     "bm25_passages": _BM25_PASSAGES + _BM25 + _BM25_RANKED,
     # The same BM25 for a big user, searched with no filter, reading only the
@@ -207,7 +241,7 @@ lexical AS (
     "bm25_stats": _BM25_STATS.format(
         speakers="s.turns AS turns, s.lexemes AS lexemes", documents="p.part = -1"
     )
-    + _BM25_RANKED,
+    + _BM25_RANKED_TURNS,
     # ... and over a long turn's passages instead of the turn (``lexical_passages``):
     # the corpus counts the turns without passages and the passages (migration
     # 0161 keeps their numbers beside the turns'), the postings read are those of
@@ -311,7 +345,9 @@ semantic AS MATERIALIZED (
 # A turn's length and whether it asks are read from message_shapes (migration
 # 0181: computed as the turn was stored), not from its words and content (reading
 # those detoasts a long turn's: ~4,000 a query at 10,000 BEAM turns); from the turn
-# where it has no row.
+# where it has no row (a probe of the turn, made only then: the walk itself reads
+# only columns ``messages_episode_order_idx`` holds, migration 0196, an index-only
+# scan).
 _NEAR = """
 LEFT JOIN LATERAL (
     SELECT array_agg(n.id ORDER BY n.occurred_at {desc}, n.id {desc}) AS ids,
@@ -320,7 +356,9 @@ LEFT JOIN LATERAL (
            array_agg(n.len ORDER BY n.occurred_at {desc}, n.id {desc}) AS lens
     FROM (SELECT m.id, m.occurred_at, {who} AS who,
                  coalesce((SELECT s.lexemes FROM message_shapes s
-                           WHERE s.user_id = $1 AND s.message_id = m.id), length(m.fts)) AS len
+                           WHERE s.user_id = $1 AND s.message_id = m.id),
+                          (SELECT length(x.fts) FROM messages x
+                           WHERE x.user_id = $1 AND x.id = m.id)) AS len
           FROM messages m
           WHERE m.episode_id = t.episode_id AND m.user_id = $1
             AND (m.occurred_at, m.id) {cmp} (t.occurred_at, t.id) {filters}
