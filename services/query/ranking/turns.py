@@ -693,10 +693,16 @@ def score_rows(
     found_only: bool = False,
 ) -> tuple[list[Candidate[int]], set[int]]:
     """The ``limit`` best of the candidate rows under ``spec`` (the statement's rows,
-    ``periods``: the query names one), and the ids of turns answering a found question."""
+    ``periods``: the query names one), and the ids of turns answering a found question.
+
+    The rows are read in id order, not the order the plan returned them in: a
+    neighbour's share is summed over the candidates around it, and floating-point
+    sums in another order can differ in the last digit and swap two equal turns,
+    so the same question gets the same ranking whatever plan PostgreSQL picked (a
+    prepared statement turns generic after five runs)."""
     cands: list[Candidate[int]] = []
     at: dict[int, datetime] = {}
-    for r in rows:
+    for r in sorted(rows, key=lambda r: r["id"]):
         at[r["id"]] = r["occurred_at"]
         for ids, ats in ((r["before_ids"], r["before_ats"]), (r["after_ids"], r["after_ats"])):
             at.update(zip(ids or (), ats or (), strict=True))
