@@ -342,7 +342,7 @@ async def bm25_side_by_side(
             for name in order:
                 t0 = time.perf_counter()
                 async with hnsw_walk(conn) as c:
-                    await c.fetch(index_statement(name, 384), *args, [], [])
+                    await c.fetch(index_statement(name, 384), *args, [], [], False)
                 times[name].append((time.perf_counter() - t0) * 1000)
     return times["bm25"], times["bm25_stats"]
 

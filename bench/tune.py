@@ -54,6 +54,11 @@ VARIANTS: dict[str, RankSpec] = {
     # the rules a chat with an assistant reads, and the people's rules everywhere
     "people": FUSED.but(name="people", assistant=None),
     "assistant": FUSED.assistant or FUSED,
+    # what was learned from a turn lifts it (``fused`` takes 0.1; docs/retrieval.md,
+    # "What was learned from a turn")
+    "unlearned": FUSED.but(name="unlearned", w_learned=0.0),
+    "learned.05": FUSED.but(name="learned.05", w_learned=0.05),
+    "learned.20": FUSED.but(name="learned.20", w_learned=0.2),
 }
 
 
@@ -67,6 +72,7 @@ def fetch_key(spec: RankSpec) -> tuple[Any, ...]:
         spec.k(LIMIT),
         spec.turns_read if spec.reads_turns else None,
         spec.date_lift > 0 if lex else None,
+        spec.w_learned > 0 if sem else None,
         lex,
         sem,
     )

@@ -109,7 +109,7 @@ async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
 async def _lexical(pool: asyncpg.Pool, name: str, user_id: str, query: str) -> dict[int, float]:
     # the statement's arguments as turns._candidates gives them: no vector, no
     # filters, 100 candidates, no neighbours, no periods
-    args: list[Any] = [user_id, query, None, None, None, None, None, 100, 0, [], []]
+    args: list[Any] = [user_id, query, None, None, None, None, None, 100, 0, [], [], False]
     rows = await pool.fetch(EXACT[name], *args)
     return {r["id"]: r["rank"] for r in rows if r["rank"] is not None}
 

@@ -27,7 +27,7 @@ NEAR += ("after_whos", "after_lens")
 def _args(user_id: str, query: str, reach: int) -> list[Any]:
     # as turns._candidates gives them: no vector, no filters, 100 candidates,
     # ``reach`` turns read on each side, no periods
-    return [user_id, query, None, None, None, None, None, 100, reach, [], []]
+    return [user_id, query, None, None, None, None, None, 100, reach, [], [], False]
 
 
 async def _rows(pool: asyncpg.Pool, user_id: str, query: str) -> dict[int, tuple[Any, ...]]:

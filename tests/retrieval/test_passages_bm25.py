@@ -65,7 +65,7 @@ async def _stats(pool: asyncpg.Pool, user_id: str, sql: str) -> dict[str, tuple[
 
 
 async def _lexical(pool: asyncpg.Pool, name: str, user_id: str, query: str) -> dict[int, float]:
-    args: list[Any] = [user_id, query, None, None, None, None, None, 100, 0, [], []]
+    args: list[Any] = [user_id, query, None, None, None, None, None, 100, 0, [], [], False]
     rows = await pool.fetch(EXACT[name], *args)
     return {r["id"]: r["rank"] for r in rows if r["rank"] is not None}
 

@@ -110,6 +110,11 @@ class RankSpec:
     # read as a statement (it keeps its score and hands none to its answer): a
     # request that carries what it is about (0 = every such turn is a question)
     question_length: int = 0
+    # a turn gains ``w_learned`` x (cosine - ``learned_floor``) when a memory learned
+    # from it (a fact the extractor stated on its own, names resolved) is that close
+    # to the query: what the turn said, as a sentence that stands alone
+    w_learned: float = 0.0
+    learned_floor: float = 0.3
     # turns: the rules for a chat with an assistant (``assistant_chat``), where the
     # user's own turns carry what they said and the assistant's long answers match
     # every query a little; it differs from this spec only in how it scores (never
@@ -163,6 +168,7 @@ def _reads(spec: RankSpec) -> tuple[Any, ...]:
         spec.w_lex > 0,
         spec.w_sem > 0,
         spec.date_lift > 0,
+        spec.w_learned > 0,
     )
 
 
@@ -182,6 +188,7 @@ class Candidate(Generic[K]):
     length: int = 0
     in_period: bool = False
     named: bool = False  # the query names the turn's speaker
+    learned: float | None = None  # the best cosine of what was learned from the turn
     before: tuple[K, ...] = ()
     after: tuple[K, ...] = ()
     # who wrote the turn and its neighbours, and when (for bursts)
@@ -305,6 +312,10 @@ def fuse(
         c.score = score
     if spec.reads_turns:
         cands = _in_conversation(spec, cands, periods)
+    if spec.w_learned > 0:
+        for c in cands:
+            if c.learned is not None and c.learned > spec.learned_floor:
+                c.score += spec.w_learned * (c.learned - spec.learned_floor)
     return cands
 
 
@@ -580,6 +591,10 @@ FUSED = RankSpec(
     full_length=20,
     burst_gap_s=300.0,
     reach=12,
+    # what was learned from a turn lifts it: R@10 LoCoMo 1-4 0.779 / 0.751 -> 0.786 /
+    # 0.756, BEAM 0.615 / 0.615 -> 0.626 / 0.626 (tune / check; docs/retrieval.md,
+    # "What was learned from a turn")
+    w_learned=0.1,
 )
 # ... and in a user's chat with an assistant (``fusion.assistant_chat``: the
 # assistant's turns run 3x the user's), what the user said is lifted (0.5), meaning
@@ -602,7 +617,10 @@ FUSED = FUSED.but(
 
 # an episode is also found through its own turns: the messages' default ranking, with
 # Ash's 0.3 floor on its semantic side (a turn is found by meaning only at cosine >= 0.3)
-EPISODE_TURNS = FUSED.but(name="episodes.turns", min_similarity=MIN_MESSAGE_SIMILARITY)
+# (without the learned lift: episode recall gained on LoCoMo, not on BEAM's check half)
+EPISODE_TURNS = FUSED.but(
+    name="episodes.turns", min_similarity=MIN_MESSAGE_SIMILARITY, w_learned=0.0
+)
 
 # Nous's 70/30 summary match (cosine, rank / max) is a fifth of the score; four fifths
 # are the episode's best turn among the 50 best turns of the user (as a share of the
@@ -643,7 +661,12 @@ MESSAGE_MODES: dict[MessageMode, RankSpec] = {
     "semantic": RankSpec("messages.semantic", w_sem=1.0, w_lex=0.0, candidates=100),
 }
 
-CONTEXT_TURNS = FUSED.but(name="context.turns", min_similarity=MIN_MESSAGE_SIMILARITY)
+# what was learned from a turn does not lift it here: in the context the rule gained
+# on neither set's check half at 1,000 tokens (docs/retrieval.md, "What was learned
+# from a turn")
+CONTEXT_TURNS = FUSED.but(
+    name="context.turns", min_similarity=MIN_MESSAGE_SIMILARITY, w_learned=0.0
+)
 
 SURFACES: dict[str, RankSpec] = {
     s.name: s

@@ -387,6 +387,7 @@ SELECT c.*, t.occurred_at, coalesce(ts.asks, t.content ~ '\\?\\s*$') AS asks,
             THEN {cos} END AS cos,
        EXISTS (SELECT 1 FROM unnest($10::timestamptz[], $11::timestamptz[]) AS p(lo, hi)
                WHERE t.occurred_at >= p.lo AND t.occurred_at < p.hi) AS in_period,
+       {learned} AS learned,
        bef.ids AS before_ids, bef.ats AS before_ats, bef.whos AS before_whos,
        bef.lens AS before_lens, aft.ids AS after_ids, aft.ats AS after_ats,
        aft.whos AS after_whos, aft.lens AS after_lens
@@ -411,6 +412,23 @@ FROM messages m WHERE m.user_id = $1 AND m.id = ANY($2::bigint[])
 """
 
 
+# The best cosine of the query against what was learned from the turn: the user's
+# memories whose source is this turn (facts, standing instructions; not an episode's
+# summary), as recall reads them: live now, or with a time bound (``until``, which
+# ``as_of`` sets), valid then (ranking/recall.py ``_LIVE``) (migration 0197); read
+# only for a spec that weighs it ($12)
+_LEARNED = """CASE WHEN $12::boolean AND $3::vector IS NOT NULL THEN
+           (SELECT max(1 - (mi.embedding <=> $3::vector)) FROM memory_items mi
+            WHERE mi.user_id = $1 AND mi.source_message_id = t.id
+              AND mi.status = 'active' AND mi.embedding_state = 'ready'
+              AND mi.type <> 'episode'
+              AND CASE WHEN $7::timestamptz IS NULL
+                       THEN (mi.expires_at IS NULL OR mi.expires_at > now())
+                            AND mi.superseded_at IS NULL
+                       ELSE mi.valid_from <= $7::timestamptz
+                            AND (mi.valid_to IS NULL OR mi.valid_to > $7::timestamptz) END)
+       END"""
+
 # A turn's speaker, for bursts: its role and display name.
 _WHO = "{t}.role || ':' || coalesce({t}.display_name, '')"
 
@@ -431,6 +449,7 @@ def _statement(lexical: str, semantic: str, dim: int = 0) -> str:
         lexical=_LEXICAL[lexical].format(filters=_FILTERS),
         semantic=semantic.format(filters=_FILTERS, dim=dim),
         t_who=_WHO.format(t="t"),
+        learned=_LEARNED,
         before=_NEAR.format(desc="DESC", cmp="<", name="bef", **near),
         after=_NEAR.format(desc="", cmp=">", name="aft", **near),
     )
@@ -643,6 +662,7 @@ async def candidate_rows(
         spec.turns_read,
         [lo for lo, _ in named],
         [hi for _, hi in named],
+        spec.w_learned > 0,
     ]
     lexical = (
         ("bm25_passages" if spec.lexical_passages else "bm25")
@@ -718,6 +738,7 @@ def score_rows(
                 length=int(r["len"]),
                 in_period=bool(r["in_period"]),
                 named=bool(r["named"]),
+                learned=None if r["learned"] is None else float(r["learned"]),
                 before=tuple(r["before_ids"] or ()),
                 after=tuple(r["after_ids"] or ()),
                 speaker=r["who"],
