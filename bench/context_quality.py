@@ -19,7 +19,9 @@ agent would:
   preferences) came from it;
 - ``POST /v1/recall`` (5 memories) and ``POST /v1/memory/search`` (10): covered
   when a returned memory came from an evidence turn (its ``source_message_id``,
-  or the extractor's quote, ``source_context``, is part of the turn's text);
+  or the extractor's quote, ``source_context``, is part of the turn's text); an
+  observation (consolidation) came from the turns of the memories in its evidence
+  whose statements its text holds;
 - ``POST /v1/episodes/search``: covered when the evidence turn's session is one
   of the top 3 episodes.
 
@@ -250,11 +252,12 @@ async def truth(pool: asyncpg.Pool, user_id: str, chat_id: str) -> Truth:
         turn_text.setdefault(turn_of(r["external_id"]), _norm(r["content"]))
     by_id = {r["id"]: turn_of(r["external_id"]) for r in turns}
     memory_turns: dict[str, set[str]] = {}
-    for m in await pool.fetch(
-        "SELECT id, source_message_id, source_context, episode_id FROM memory_items "
+    memories = await pool.fetch(
+        "SELECT id, type, content, data, source_message_id, source_context FROM memory_items "
         "WHERE user_id = $1",
         user_id,
-    ):
+    )
+    for m in memories:
         src: set[str] = set()
         if m["source_message_id"] in by_id:
             src.add(by_id[m["source_message_id"]])
@@ -262,6 +265,17 @@ async def truth(pool: asyncpg.Pool, user_id: str, chat_id: str) -> Truth:
         if len(quote) >= 12:
             src |= {d for d, text in turn_text.items() if quote in text}
         memory_turns[str(m["id"])] = src
+    # An observation (consolidation) states some of the memories in its evidence, each
+    # whole: it holds the turns of each one whose statement is in its text, as that
+    # memory would (it has no source turn of its own).
+    content = {str(m["id"]): _norm(m["content"]) for m in memories}
+    for m in memories:
+        if m["type"] != "observation":
+            continue
+        said = content[str(m["id"])]
+        for e in (m["data"] or {}).get("evidence", {}).get("memory_ids", []):
+            if e in content and content[e] and content[e] in said:
+                memory_turns[str(m["id"])] |= memory_turns.get(e, set())
     return Truth(turn_id, turn_text, memory_turns)
 
 
