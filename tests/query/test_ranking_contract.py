@@ -284,8 +284,20 @@ def test_one_fusion_reads_every_spec_field_it_declares():
     assert by_turns["a"] == pytest.approx(0.14 * 0.8 + 0.06 * 1.0 + 0.8 * 0.5)
     rrf = {c.id: c.score for c in fuse(fusion.MESSAGE_MODES["rrf"], cands())}
     assert rrf["a"] == pytest.approx(1.0)
-    # the context's turns: the messages' default with Ash's floor, for every user
-    assert fusion.CONTEXT_TURNS.but(name="x", min_similarity=None) == fusion.FUSED.but(name="x")
+    # what was learned from a turn: w_learned x (cosine - floor) over the turn's score
+    learned = [
+        Candidate("a", distance=0.2, sem_pos=1, learned=0.8),
+        Candidate("b", distance=0.2, sem_pos=2, learned=0.25),
+        Candidate("c", distance=0.2, sem_pos=3),
+    ]
+    lifted = {c.id: c.score for c in fuse(fusion.RankSpec("x", w_learned=0.1), learned)}
+    assert lifted["a"] == pytest.approx(lifted["c"] + 0.1 * (0.8 - 0.3))
+    assert lifted["b"] == pytest.approx(lifted["c"])  # under the floor: no lift
+    # the context's turns: the messages' default with Ash's floor, for every user, and
+    # without the learned lift (docs/retrieval.md, "What was learned from a turn")
+    assert fusion.CONTEXT_TURNS.but(name="x", min_similarity=None) == fusion.FUSED.but(
+        name="x", w_learned=0.0
+    )
 
 
 async def test_nova_s_one_statement_returns_each_signal_s_candidates_in_their_order(pool, user_id):
