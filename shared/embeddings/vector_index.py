@@ -63,6 +63,33 @@ MARK_PASSAGES = """
     )
 """
 
+# A big user's BM25 postings (migrations 0180, 0198): listed, the triggers write the
+# postings of the user's new turns and passages; the fills write those stored before
+# (a posting already there is kept); ready, the search reads them.
+POSTINGS_LIST = """
+INSERT INTO message_postings_users (user_id) VALUES ($1) ON CONFLICT (user_id) DO NOTHING
+"""
+POSTINGS_FILL = (
+    """
+    INSERT INTO message_postings (user_id, lexeme, message_id, part, tf, dl, by_name, in_text)
+    SELECT r.*
+    FROM messages m,
+         message_postings_rows(m.user_id, m.id, -1, m.fts, coalesce(m.display_name, '')) AS r
+    WHERE m.user_id = $1
+    ON CONFLICT DO NOTHING
+    """,
+    """
+    INSERT INTO message_postings (user_id, lexeme, message_id, part, tf, dl, by_name, in_text)
+    SELECT r.*
+    FROM message_passages p,
+         message_postings_rows(p.user_id, p.message_id, p.idx, p.fts, p.speaker) AS r
+    WHERE p.user_id = $1
+    ON CONFLICT DO NOTHING
+    """,
+)
+POSTINGS_READY = "UPDATE message_postings_users SET ready = true WHERE user_id = $1"
+POSTINGS_ARE_READY = "SELECT ready FROM message_postings_users WHERE user_id = $1"
+
 
 async def is_ready(conn: Executor, user_id: str, kind: EmbedKind) -> bool:
     """Whether every vector of this user's in ``kind``'s table is in its HNSW index."""
@@ -91,6 +118,28 @@ async def uses_index(conn: Executor, user_id: str, kind: EmbedKind) -> bool:
     return ready
 
 
+_postings: dict[str, tuple[bool, float]] = {}
+
+
+async def uses_postings(conn: Executor, user_id: str) -> bool:
+    """Whether the user's BM25 postings are complete (a search may read them),
+    remembered as ``uses_index`` remembers its answer."""
+    now = time.monotonic()
+    cached = _postings.get(user_id)
+    if cached is not None and cached[1] > now:
+        return cached[0]
+    ready = bool(await conn.fetchval(POSTINGS_ARE_READY, user_id))
+    if len(_postings) >= _READY_MAX:
+        _postings.clear()
+    _postings[user_id] = (ready, now + READY_TTL)
+    return ready
+
+
+async def _fill_postings(conn: Executor, user_id: str) -> None:
+    for statement in POSTINGS_FILL:
+        await conn.execute(statement, user_id)
+
+
 async def index_user(
     conn: Executor,
     user_id: str,
@@ -104,10 +153,21 @@ async def index_user(
     Safe to run twice or in two processes at once (each batch marks what is still
     unmarked); returns the rows this call marked."""
     await conn.execute(LIST, user_id, kind)
+    postings = kind == "message"
+    if postings:
+        await conn.execute(POSTINGS_LIST, user_id)
     started = time.monotonic()
     marked = await _mark_all(conn, user_id, kind, batch)
+    if postings:
+        await _fill_postings(conn, user_id)
     await asyncio.sleep(settle_s)
     marked += await _mark_all(conn, user_id, kind, batch)
+    if postings:
+        # a turn whose write began before the list was seen has no postings from its
+        # trigger and was not committed for the first fill: this one writes them
+        await _fill_postings(conn, user_id)
+        await conn.execute(POSTINGS_READY, user_id)
+        _postings.pop(user_id, None)
     await conn.execute(SET_READY, user_id, kind)
     _ready.pop((user_id, kind), None)
     log.info(

@@ -53,6 +53,9 @@ async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
 ) -> None:
     episode, ids = await add_turns(pool, user_id, TURNS)
     assert await _stats(pool, user_id, STATS) == await _stats(pool, user_id, COUNTED)
+    # a small user keeps no postings (migration 0198); listed, the stored turns' are filled
+    assert await postings(pool, user_id) == set()
+    await vector_index.index_user(pool, user_id, "message", settle_s=0)
     assert await postings(pool, user_id) == await postings(pool, user_id, from_scratch=True)
     async with pool.acquire() as conn:
         await conn.copy_records_to_table(
@@ -118,6 +121,7 @@ async def test_reading_only_the_matching_turns_gives_the_full_scans_ranks(
     pool: asyncpg.Pool, user_id: str
 ) -> None:
     _, ids = await add_turns(pool, user_id, TURNS)
+    await vector_index.index_user(pool, user_id, "message", settle_s=0)  # postings kept
     # another user's turns change neither statement's statistics
     await add_turns(pool, f"user-{uuid.uuid4().hex[:12]}", [T("pottery pottery")] * 20)
     content = dict(zip(ids, (t.content.lower() for t in TURNS), strict=True))
@@ -165,3 +169,41 @@ async def test_a_big_users_bm25_search_answers_as_before_it_was_listed(
         assert await vector_index.is_ready(pool, user_id, "message")  # the big user's path
         big = await search()
     assert len(small) == 7 and big == small
+
+
+async def test_a_turn_written_while_the_user_is_listed_gets_its_postings(
+    pool: asyncpg.Pool, user_id: str
+) -> None:
+    """A turn whose transaction began before the list and commits during it: its
+    trigger did not see the list, the first fill did not see the turn; the fill after
+    the settling time writes its postings, and only then is the user ready."""
+    import asyncio
+
+    episode, _ = await add_turns(pool, user_id, TURNS[:3])
+    async with pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute(
+            "INSERT INTO messages (event_id, user_id, episode_id, provider, chat_id, role, "
+            "display_name, content, occurred_at) "
+            "VALUES ($1, $2, $3, 'test', 'chat-1', 'user', 'Ann', 'late pottery words', $4)",
+            uuid.uuid4(),
+            user_id,
+            episode,
+            AT,
+        )
+        listing = asyncio.create_task(
+            vector_index.index_user(pool, user_id, "message", settle_s=0.5)
+        )
+        await asyncio.sleep(0.2)
+        assert not await pool.fetchval(
+            "SELECT ready FROM message_postings_users WHERE user_id = $1", user_id
+        )
+        await tx.commit()
+    await listing
+    assert await pool.fetchval(
+        "SELECT ready FROM message_postings_users WHERE user_id = $1", user_id
+    )
+    kept = await postings(pool, user_id)
+    assert kept == await postings(pool, user_id, from_scratch=True)
+    assert "late" in {w for w, *_ in kept}

@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 
 from services.query.ranking.turns import EXACT
-from shared.embeddings import store
+from shared.embeddings import store, vector_index
 from shared.embeddings.passages import split
 from tests.query.helpers import unit
 from tests.retrieval.helpers import T, add_turns, postings
@@ -74,6 +74,7 @@ async def test_passage_statistics_follow_writes_rewrites_deletes_and_erasure(
     pool: asyncpg.Pool, user_id: str
 ) -> None:
     _, ids = await add_turns(pool, user_id, TURNS)
+    await vector_index.index_user(pool, user_id, "message", settle_s=0)  # postings kept
     await _write_passages(pool, user_id, ids)
     counted = await _stats(pool, user_id, COUNTED)
     assert await _stats(pool, user_id, STATS) == counted

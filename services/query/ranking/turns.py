@@ -766,10 +766,16 @@ async def _candidates(
     # Only users with many embedded turns are in the HNSW index (the embedder lists
     # them: shared/embeddings/vector_index.py); everyone else is compared exactly.
     big = await vector_index.uses_index(conn, user_id, "message")
-    if big and lexical in ("bm25", "bm25_passages") and all(a is None for a in args[3:7]):
+    if (
+        big
+        and lexical in ("bm25", "bm25_passages")
+        and all(a is None for a in args[3:7])
+        and await vector_index.uses_postings(conn, user_id)
+    ):
         # no chat, episode or time filter: the corpus is all the user's turns, whose
-        # statistics are kept (migrations 0090, 0161), so only the matching turns
-        # (or passages) are read
+        # statistics are kept (migrations 0090, 0161), and the user's postings are
+        # complete (listed and filled: 0180, 0198), so only the matching turns (or
+        # passages) are read
         lexical = "bm25_stats" if lexical == "bm25" else "bm25_stats_passages"
     if vector is None or not big:
         exact = EXACT_PASSAGES if spec.semantic_passages else EXACT
