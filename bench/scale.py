@@ -29,7 +29,8 @@ Fill (the fast path, not ingest): turns are COPYed with every secondary index of
 50 turns. Text: 8-24 words from a Zipf-Mandelbrot vocabulary of 50,000 words;
 vectors: 384-d unit vectors around 256 random centres (noise 0.6), stored ``ready``
 and, for a user past the HNSW limit, ``vector_indexed`` with the user listed in
-``vector_index_users`` (the state the embedder leaves). Memories are not filled
+``vector_index_users`` and ``message_postings_users`` (the state the embedder
+leaves: only such a user's BM25 postings are kept, migration 0198). Memories are not filled
 (context's memory side reads an empty table).
 
 Measured at every point, each at concurrency 1 after a warm-up:
@@ -250,6 +251,12 @@ async def fill(dbs: list[Db], data: Data, plan: dict[str, int], synth: Synth) ->
         await conn.execute(
             "INSERT INTO vector_index_users (user_id, kind, ready) "
             "SELECT unnest($1::text[]), 'message', true ON CONFLICT DO NOTHING",
+            listed,
+        )
+        # ... and their BM25 postings kept (migration 0198), written as they are copied
+        await conn.execute(
+            "INSERT INTO message_postings_users (user_id, ready) "
+            "SELECT unnest($1::text[]), true ON CONFLICT DO NOTHING",
             listed,
         )
         ix = await secondary_indexes(conn)
