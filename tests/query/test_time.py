@@ -15,9 +15,8 @@ import asyncpg
 
 from services.query.app import create_app
 from services.query.settings import QuerySettings
-from shared.memory.writer import NewItem, insert_items
 from tests.query.helpers import FixedEmbedder, auth, resolver_for, unit
-from tests.retrieval.helpers import T, add_turns
+from tests.retrieval.helpers import T, add_turns, learn
 from tests.support import running
 
 Q = unit(1)
@@ -71,23 +70,7 @@ async def _learned(
 ) -> uuid.UUID:
     """A memory learned from a turn said at ``at`` (as the extractor stores one)."""
     _, [turn] = await add_turns(pool, user_id, [T(text, vector, at=at)])
-    async with pool.acquire() as conn:
-        written = await insert_items(
-            conn,
-            user_id,
-            [
-                NewItem(
-                    type="fact",
-                    content=text,
-                    source="extraction",
-                    source_message_id=turn,
-                    vector=vector,
-                    embedded_by=("local", "test-model"),
-                )
-            ],
-            actor="extractor",
-        )
-    return written.items[0].id
+    return await learn(pool, user_id, turn, text, vector)
 
 
 async def test_as_of_reads_the_value_valid_then_and_now_the_newest_with_what_it_replaced(

@@ -93,3 +93,28 @@ async def postings(
     """The user's postings, kept (default) or computed from the stored rows."""
     sql = POSTINGS_FROM_SCRATCH if from_scratch else POSTINGS
     return {tuple(r) for r in await pool.fetch(sql, user_id)}
+
+
+async def learn(
+    pool: asyncpg.Pool, user_id: str, turn: int, text: str, vector: Sequence[float]
+) -> uuid.UUID:
+    """A fact learned from ``turn``, stored as the extractor stores one (the one writer)."""
+    from shared.memory.writer import NewItem, insert_items
+
+    async with pool.acquire() as conn:
+        written = await insert_items(
+            conn,
+            user_id,
+            [
+                NewItem(
+                    type="fact",
+                    content=text,
+                    source="extraction",
+                    source_message_id=turn,
+                    vector=list(vector),
+                    embedded_by=("local", "test-model"),
+                )
+            ],
+            actor="extractor",
+        )
+    return written.items[0].id

@@ -15,41 +15,29 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from services.query.ranking.fusion import FUSED
+from services.query.ranking.fusion import FUSED, RankSpec
 from services.query.ranking.turns import rank_turns
-from shared.memory.writer import NewItem, insert_items
 from tests.query.helpers import unit
-from tests.retrieval.helpers import T, add_turns
+from tests.retrieval.helpers import T, add_turns, learn
 
 Q = unit(1)
 FAR = unit(7)
 
 
 async def _learn(pool: asyncpg.Pool, user_id: str, turn: int, text: str) -> uuid.UUID:
-    async with pool.acquire() as conn:
-        written = await insert_items(
-            conn,
-            user_id,
-            [
-                NewItem(
-                    type="fact",
-                    content=text,
-                    source="extraction",
-                    source_message_id=turn,
-                    vector=Q,
-                    embedded_by=("local", "test-model"),
-                )
-            ],
-            actor="extractor",
-        )
-    return written.items[0].id
+    return await learn(pool, user_id, turn, text, Q)
 
 
-async def _order(pool: asyncpg.Pool, user_id: str, **kw: object) -> list[int]:
+async def _order(
+    pool: asyncpg.Pool, user_id: str, spec: RankSpec = FUSED, **kw: object
+) -> list[int]:
     hits = await rank_turns(
-        pool, FUSED, user_id=user_id, query="the garden plans", vector=Q, limit=5, **kw
+        pool, spec, user_id=user_id, query="the garden plans", vector=Q, limit=5, **kw
     )
     return [h.id for h in hits]
+
+
+UNLEARNED = FUSED.but(w_learned=0.0)
 
 
 async def test_a_turn_whose_learned_fact_matches_the_question_outranks_its_twin(
@@ -61,31 +49,11 @@ async def test_a_turn_whose_learned_fact_matches_the_question_outranks_its_twin(
     said = "we went over the garden plans again this morning"
     _, [older, newer] = await add_turns(pool, user_id, [T(said, FAR), T(said, FAR)])
     assert await _order(pool, user_id) == [newer, older]
-    assert await _order(pool, user_id) == [
-        h.id
-        for h in await rank_turns(
-            pool,
-            FUSED.but(w_learned=0.0),
-            user_id=user_id,
-            query="the garden plans",
-            vector=Q,
-            limit=5,
-        )
-    ]
+    assert await _order(pool, user_id) == await _order(pool, user_id, UNLEARNED)
 
     fact = await _learn(pool, user_id, older, "Ann plans a vegetable garden")
     assert await _order(pool, user_id) == [older, newer]
-    assert await _order(pool, user_id) != [
-        h.id
-        for h in await rank_turns(
-            pool,
-            FUSED.but(w_learned=0.0),
-            user_id=user_id,
-            query="the garden plans",
-            vector=Q,
-            limit=5,
-        )
-    ]
+    assert await _order(pool, user_id, UNLEARNED) == [newer, older]
 
     # replaced on June 1: not what holds now, still what held in May
     await pool.execute(
