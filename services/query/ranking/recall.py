@@ -32,7 +32,7 @@ from services.query.ranking.fusion import (
     fuse,
     ranked,
 )
-from services.query.ranking.sql import hnsw_walk, or_tsquery
+from services.query.ranking.sql import hnsw_walk, memory_valid, or_tsquery
 from shared.db import Executor
 from shared.embeddings import vector_index
 from shared.memory.membership import is_member as is_member  # its one home
@@ -44,13 +44,9 @@ from shared.memory.writer import Chat
 # $8 include superseded, $9 candidates per signal, $10 embedding model of $2,
 # $11 memory types (or NULL), $12 newest rows taken as candidates, $13 as_of (or NULL:
 # what holds now; a time: what was valid then, superseded or expired since or not)
-_LIVE = """
+_LIVE = f"""
     AND m.status = 'active'
-    AND CASE WHEN $13::timestamptz IS NULL
-             THEN (m.expires_at IS NULL OR m.expires_at > now())
-                  AND ($8::bool OR m.superseded_at IS NULL)
-             ELSE m.valid_from <= $13::timestamptz
-                  AND (m.valid_to IS NULL OR m.valid_to > $13::timestamptz) END
+    AND {memory_valid("m", "$13", superseded="$8::bool")}
     AND ($7::uuid IS NULL OR $7::uuid = ANY (m.subjects))
     AND ($11::text[] IS NULL OR m.type = ANY ($11::text[]))
 """

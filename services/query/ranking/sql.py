@@ -5,6 +5,10 @@
   row matching any of the words is a candidate and ``ts_rank`` rewards more
   (an agent's query is natural language, not a boolean expression). NULL when
   the text has no lexeme, so ``fts @@ NULL`` matches nothing.
+- ``memory_valid(m, at)``: a memory is what holds: live now (not expired, not
+  superseded unless asked for), or, given a time, valid then (Zep's bi-temporal
+  reading: ``valid_from <= at < valid_to``, superseded or expired since or not);
+  recall and the learned lift of a turn search read memories by it.
 - ``hnsw_walk(conn)``: a transaction whose HNSW scans keep walking until enough
   of one user's rows pass the filter (pgvector 0.8's iterative scan), with
   ``enable_sort = off`` so that for a user holding ~10% of a table the planner
@@ -32,6 +36,16 @@ def or_tsquery(param: str) -> str:
         f"SELECT quote_literal(w) FROM unnest(tsvector_to_array(to_tsvector('english', "
         f"{param}::text))) AS w), ' | '), '')::tsquery"
     )
+
+
+def memory_valid(m: str, at: str, superseded: str = "false") -> str:
+    """SQL: memory ``m`` holds now (``at`` NULL) or held at ``at``; ``superseded``, a
+    boolean SQL expression, lets superseded memories in when reading now."""
+    return f"""CASE WHEN {at}::timestamptz IS NULL
+             THEN ({m}.expires_at IS NULL OR {m}.expires_at > now())
+                  AND ({superseded} OR {m}.superseded_at IS NULL)
+             ELSE {m}.valid_from <= {at}::timestamptz
+                  AND ({m}.valid_to IS NULL OR {m}.valid_to > {at}::timestamptz) END"""
 
 
 def walk_settings(ef_search: int = EF_SEARCH) -> str:

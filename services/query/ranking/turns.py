@@ -43,7 +43,7 @@ from services.query.ranking.fusion import (
     fuse,
     ranked,
 )
-from services.query.ranking.sql import hnsw_walk, or_tsquery
+from services.query.ranking.sql import hnsw_walk, memory_valid, or_tsquery
 from shared.dates import around_event, event_anchors, periods, relative
 from shared.db import Executor
 from shared.embeddings import vector_index
@@ -415,18 +415,13 @@ FROM messages m WHERE m.user_id = $1 AND m.id = ANY($2::bigint[])
 # The best cosine of the query against what was learned from the turn: the user's
 # memories whose source is this turn (facts, standing instructions; not an episode's
 # summary), as recall reads them: live now, or with a time bound (``until``, which
-# ``as_of`` sets), valid then (ranking/recall.py ``_LIVE``) (migration 0197); read
-# only for a spec that weighs it ($12)
-_LEARNED = """CASE WHEN $12::boolean AND $3::vector IS NOT NULL THEN
+# ``as_of`` sets), valid then (``sql.memory_valid``, as recall) (migration 0197);
+# read only for a spec that weighs it ($12)
+_LEARNED = f"""CASE WHEN $12::boolean AND $3::vector IS NOT NULL THEN
            (SELECT max(1 - (mi.embedding <=> $3::vector)) FROM memory_items mi
             WHERE mi.user_id = $1 AND mi.source_message_id = t.id
               AND mi.status = 'active' AND mi.embedding_state = 'ready'
-              AND mi.type <> 'episode'
-              AND CASE WHEN $7::timestamptz IS NULL
-                       THEN (mi.expires_at IS NULL OR mi.expires_at > now())
-                            AND mi.superseded_at IS NULL
-                       ELSE mi.valid_from <= $7::timestamptz
-                            AND (mi.valid_to IS NULL OR mi.valid_to > $7::timestamptz) END)
+              AND mi.type <> 'episode' AND {memory_valid("mi", "$7")})
        END"""
 
 # A turn's speaker, for bursts: its role and display name.
