@@ -109,6 +109,11 @@ class Guards:
             self._circuits[key] = found
         return found
 
+    def forget(self, key: str) -> None:
+        """Drop what was learned of ``key``: a new server at that address (an endpoint
+        moved, a port given to someone else) starts with a closed circuit."""
+        self._circuits.pop(key, None)
+
     def busy(self, key: str) -> int:
         """Calls to ``key`` in flight now."""
         return self._busy.get(key, 0)

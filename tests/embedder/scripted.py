@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from shared.embeddings.guard import default_guards
+
 
 def vector_for(text: str, dims: int) -> list[float]:
     seed = hashlib.sha256(text.encode()).digest()
@@ -104,6 +106,10 @@ class ScriptedServer:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        # a port an earlier server of this process had: this one is new, and must not
+        # meet the circuit that server's failures (or its stop) opened
+        for provider in ("openai", "ollama"):
+            default_guards().forget(self.base_url(provider))
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
