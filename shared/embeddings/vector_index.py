@@ -87,6 +87,18 @@ POSTINGS_FILL = (
     ON CONFLICT DO NOTHING
     """,
 )
+# A turn deleted while a fill read it: the delete's trigger ran before the fill's
+# postings were there to remove, so the fill left them. Swept once every write that
+# was in flight during the fills has ended (after a settling time).
+POSTINGS_SWEEP = """
+DELETE FROM message_postings p
+WHERE p.user_id = $1
+  AND CASE WHEN p.part < 0
+      THEN NOT EXISTS (SELECT 1 FROM messages m WHERE m.user_id = $1 AND m.id = p.message_id)
+      ELSE NOT EXISTS (SELECT 1 FROM message_passages q
+                       WHERE q.user_id = $1 AND q.message_id = p.message_id AND q.idx = p.part)
+  END
+"""
 POSTINGS_READY = "UPDATE message_postings_users SET ready = true WHERE user_id = $1"
 POSTINGS_ARE_READY = "SELECT ready FROM message_postings_users WHERE user_id = $1"
 
@@ -166,6 +178,10 @@ async def index_user(
         # a turn whose write began before the list was seen has no postings from its
         # trigger and was not committed for the first fill: this one writes them
         await _fill_postings(conn, user_id)
+        await asyncio.sleep(settle_s)
+        swept = await conn.execute(POSTINGS_SWEEP, user_id)
+        if swept != "DELETE 0":
+            log.info("postings: %s of user %s's deleted turns swept", swept.split()[-1], user_id)
         await conn.execute(POSTINGS_READY, user_id)
         _postings.pop(user_id, None)
     await conn.execute(SET_READY, user_id, kind)

@@ -207,3 +207,31 @@ async def test_a_turn_written_while_the_user_is_listed_gets_its_postings(
     kept = await postings(pool, user_id)
     assert kept == await postings(pool, user_id, from_scratch=True)
     assert "late" in {w for w, *_ in kept}
+
+
+async def test_a_turn_deleted_while_the_user_is_listed_leaves_no_postings(
+    pool: asyncpg.Pool, user_id: str
+) -> None:
+    """A turn deleted in a transaction that commits during the list: its trigger ran
+    before the fill wrote the turn's postings (there were none to remove) and the fill
+    still saw the turn; the sweep after the settling time removes what the fill left,
+    so the erased turn's words are not kept, and then the user is ready."""
+    import asyncio
+
+    episode, ids = await add_turns(pool, user_id, TURNS[:3])
+    async with pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute("DELETE FROM messages WHERE id = $1", ids[1])  # "pottery class"
+        listing = asyncio.create_task(
+            vector_index.index_user(pool, user_id, "message", settle_s=0.5)
+        )
+        await asyncio.sleep(0.2)
+        await tx.commit()
+    await listing
+    assert await pool.fetchval(
+        "SELECT ready FROM message_postings_users WHERE user_id = $1", user_id
+    )
+    kept = await postings(pool, user_id)
+    assert kept == await postings(pool, user_id, from_scratch=True)
+    assert not {w for w, *_ in kept} & {"potteri", "class", "cancel"}
