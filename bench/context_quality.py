@@ -23,7 +23,9 @@ agent would:
   observation (consolidation) came from the turns of the memories in its evidence
   whose statements its text holds;
 - ``POST /v1/episodes/search``: covered when the evidence turn's session is one
-  of the top 3 episodes.
+  of the top 3 episodes;
+- ``any memory`` (no call): what recall and memory search could reach at best, the
+  evidence turns some active memory of the user (not an episode summary) came from.
 
 Coverage is the share of a question's evidence turns covered, averaged over the
 questions (for the many one-turn questions: whether the agent got it). Reported
@@ -93,6 +95,7 @@ SURFACES = (
     "recall",
     "memory.search",
     "episodes.search",
+    "any memory",
 )
 NAMESPACE = uuid.UUID("6b1e2f3a-0c4d-4e5f-9a8b-7c6d5e4f3a2b")
 
@@ -233,6 +236,7 @@ class Truth:
     turn_id: dict[str, set[int]]  # dia_id -> messages.id (a split turn's: each piece's)
     turn_text: dict[str, str]  # dia_id -> normalised content (a split turn's: its first)
     memory_turns: dict[str, set[str]]  # memory id -> the dia_ids it came from
+    active: list[str]  # the memories a recall may return (active, not an episode's)
 
     def memory_sources(self, memory_ids: list[str]) -> set[str]:
         return set().union(*(self.memory_turns.get(m, set()) for m in memory_ids))
@@ -253,8 +257,8 @@ async def truth(pool: asyncpg.Pool, user_id: str, chat_id: str) -> Truth:
     by_id = {r["id"]: turn_of(r["external_id"]) for r in turns}
     memory_turns: dict[str, set[str]] = {}
     memories = await pool.fetch(
-        "SELECT id, type, content, data, source_message_id, source_context FROM memory_items "
-        "WHERE user_id = $1",
+        "SELECT id, type, status, content, data, source_message_id, source_context "
+        "FROM memory_items WHERE user_id = $1",
         user_id,
     )
     for m in memories:
@@ -276,7 +280,8 @@ async def truth(pool: asyncpg.Pool, user_id: str, chat_id: str) -> Truth:
         for e in (m["data"] or {}).get("evidence", {}).get("memory_ids", []):
             if e in content and content[e] and content[e] in said:
                 memory_turns[str(m["id"])] |= memory_turns.get(e, set())
-    return Truth(turn_id, turn_text, memory_turns)
+    active = [str(m["id"]) for m in memories if m["status"] == "active" and m["type"] != "episode"]
+    return Truth(turn_id, turn_text, memory_turns, active)
 
 
 # -- asking -------------------------------------------------------------------------
@@ -354,6 +359,9 @@ async def ask_all(
                 / 4
             )
             out.append((h, q.category, "episodes.search", _share(got, q.evidence), tokens))
+            # the ceiling of recall and memory search: every memory they may return
+            got = t.memory_sources(t.active)
+            out.append((h, q.category, "any memory", _share(got, q.evidence), 0.0))
         done += 1
         progress.update(done)
         return out
