@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.query.memory import facts as fs
+
 
 class Out(BaseModel):
     """A closed response: exactly these fields."""
@@ -155,54 +157,32 @@ class MessageSearchOut(Open):
 
 
 # --- Navi facts -------------------------------------------------------------------
+# The use cases' results (services.query.memory.facts), under the API's names.
 
 
-class SavedFactOut(Out):
-    id: str
-    category: str
-    key: str
-    created: bool = Field(description="false when an existing key got a new value")
-    confidence: float
-    expires_at: str | None
-    embedding: str
+class SavedFactOut(fs.SavedFact, Out):
+    pass
 
 
-class FactOut(Open):
-    id: str
-    user_id: str
-    category: str | None = Field(description="None only for a fact stored without one")
-    key: str | None = Field(description="None for a fact the extractor learned (no key)")
-    value: str
-    source: str | None
-    confidence: float | None
-    source_context: str | None
-    expires_at: str | None
-    created_at: str
-    updated_at: str
+class FactOut(fs.Fact, Open):
+    # rendered even when None: a listed fact says "match": null (the tools leave it out)
     match: str | None = Field(default=None, description="search only: semantic, trigram...")
 
 
-class FactsOut(Out):
-    facts: list[FactOut]
+class FactsOut(fs.Facts, Out):
+    facts: list[FactOut]  # type: ignore[assignment]
 
 
-class FactPageOut(Out):
-    facts: list[FactOut]
-    total: int
-    limit: int
-    offset: int
+class FactPageOut(fs.FactPage, Out):
+    facts: list[FactOut]  # type: ignore[assignment]
 
 
-class ForgottenOut(Out):
-    deleted: int
-    key: str
-    categories: list[str]
+class ForgottenOut(fs.Forgotten, Out):
+    pass
 
 
-class SummaryOut(Out):
-    summary: str | None
-    fact_count: int
-    updated_at: str | None
+class SummaryOut(fs.Summary, Out):
+    pass
 
 
 # --- Jarvus -----------------------------------------------------------------------

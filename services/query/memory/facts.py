@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import asyncpg
+from pydantic import BaseModel, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from services.query.embeddings.query import lists_newest
 from services.query.memory.items import announce
@@ -104,6 +105,112 @@ RETURNING summary, fact_count, updated_at
 HAS_TRGM = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')"
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+class SavedFact(BaseModel):
+    """What ``save`` did: the fact's id, whether it is new, the confidence it got."""
+
+    id: str
+    category: str
+    key: str
+    created: bool = Field(description="false when an existing key got a new value")
+    confidence: float
+    expires_at: str | None
+    """ISO 8601; None for a fact that never expires."""
+    embedding: str
+    """The embedding state: ``pending`` when the value is new or changed."""
+
+
+class Fact(BaseModel):
+    """One live fact. A search's hit also says how it matched (``match``, and the
+    ``distance`` or ``similarity``); the three are left out of its JSON when None."""
+
+    id: str
+    user_id: str
+    category: str | None = Field(description="None only for a fact stored without one")
+    key: str | None = Field(description="None for a fact the extractor learned (no key)")
+    value: str
+    source: str | None
+    confidence: float | None
+    source_context: str | None
+    expires_at: str | None
+    created_at: str
+    """ISO 8601, as stored (so are ``expires_at`` and ``updated_at``)."""
+    updated_at: str
+    match: str | None = Field(default=None, exclude_if=_is_none)
+    """Search only: semantic, trigram, substring or newest."""
+    # never in the API's schema (its FactOut is open: further keys may follow)
+    distance: SkipJsonSchema[float | None] = Field(default=None, exclude_if=_is_none)
+    """A semantic match's cosine distance."""
+    similarity: SkipJsonSchema[float | None] = Field(default=None, exclude_if=_is_none)
+    """A trigram match's similarity."""
+
+    @classmethod
+    def of(
+        cls,
+        r: asyncpg.Record,
+        *,
+        match: str | None = None,
+        distance: float | None = None,
+        similarity: float | None = None,
+    ) -> Fact:
+        """The fact of a row of ``_FACT_COLUMNS``; a search says how it matched."""
+        return cls(
+            id=str(r["id"]),
+            user_id=r["user_id"],
+            category=r["category"],
+            key=r["key"],
+            value=r["value"],
+            source=r["source"],
+            confidence=r["confidence"],
+            source_context=r["source_context"],
+            expires_at=r["expires_at"].isoformat() if r["expires_at"] else None,
+            created_at=r["created_at"].isoformat(),
+            updated_at=r["updated_at"].isoformat(),
+            match=match,
+            distance=distance,
+            similarity=similarity,
+        )
+
+
+class Facts(BaseModel):
+    """A search's facts, best match first."""
+
+    facts: list[Fact]
+
+
+class FactPage(BaseModel):
+    """One page of facts and how many there are in all."""
+
+    facts: list[Fact]
+    total: int
+    limit: int
+    offset: int
+
+
+class Forgotten(BaseModel):
+    deleted: int
+    key: str
+    categories: list[str]
+    """The categories the key was deleted from, sorted."""
+
+
+class Summary(BaseModel):
+    """The user's narrative summary (None before one is written)."""
+
+    summary: str | None
+    fact_count: int
+    updated_at: str | None
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> Summary:
+        return cls(
+            summary=r["summary"], fact_count=r["fact_count"], updated_at=r["updated_at"].isoformat()
+        )
+
+
 def escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
@@ -121,7 +228,7 @@ async def save_fact(
     expires_days: int | None = None,
     source_context: str | None = None,
     actor: str = "api",
-) -> dict[str, Any]:
+) -> SavedFact:
     """Upsert the value of (category, key); a changed value is re-embedded.
 
     Without a ``confidence`` the source's default applies (``shared.memory.confidence``)."""
@@ -147,15 +254,15 @@ async def save_fact(
         written = await insert_items(conn, user_id, [item], actor=actor)
     await publish_written(publisher, written)
     row = written.items[0]
-    return {
-        "id": str(row.id),
-        "category": category,
-        "key": key,
-        "created": row.inserted,
-        "confidence": confidence,
-        "expires_at": expires_at.isoformat() if expires_at else None,
-        "embedding": row.embedding_state,
-    }
+    return SavedFact(
+        id=str(row.id),
+        category=category,
+        key=key,
+        created=row.inserted,
+        confidence=confidence,
+        expires_at=expires_at.isoformat() if expires_at else None,
+        embedding=row.embedding_state,
+    )
 
 
 async def search_facts(
@@ -166,33 +273,31 @@ async def search_facts(
     limit: int,
     vector: list[float] | None,
     trigram: bool,
-) -> list[dict[str, Any]]:
+) -> Facts:
     """Vector matches (distance < 0.3) first, then trigram or ILIKE matches; a blank
     or ``*`` query gives the newest facts (``match`` ``newest``), as every search does."""
     if lists_newest(query):
         page = await list_facts(
             pool, user_id=user_id, limit=limit, sort_by="updated_at", sort_order="desc"
         )
-        return [{**f, "match": "newest"} for f in page["facts"]]
-    found: list[dict[str, Any]] = []
+        return Facts(facts=[f.model_copy(update={"match": "newest"}) for f in page.facts])
+    found: list[Fact] = []
     if vector is not None and user_id is not None:
         for r in await pool.fetch(SEARCH_VECTOR, user_id, vector, MAX_DISTANCE, limit):
-            found.append({**fact_dict(r), "match": "semantic", "distance": r["distance"]})
+            found.append(Fact.of(r, match="semantic", distance=r["distance"]))
     if len(found) < limit:
-        seen = [uuid.UUID(f["id"]) for f in found]
+        seen = [uuid.UUID(f.id) for f in found]
         if trigram:
             rows = await pool.fetch(
                 SEARCH_TRIGRAM, user_id, query, limit - len(found), seen, escape_like(query)
             )
-            found += [
-                {**fact_dict(r), "match": "trigram", "similarity": r["similarity"]} for r in rows
-            ]
+            found += [Fact.of(r, match="trigram", similarity=r["similarity"]) for r in rows]
         else:
             rows = await pool.fetch(
                 SEARCH_ILIKE, user_id, escape_like(query), limit - len(found), seen
             )
-            found += [{**fact_dict(r), "match": "substring"} for r in rows]
-    return found
+            found += [Fact.of(r, match="substring") for r in rows]
+    return Facts(facts=found)
 
 
 async def forget_fact(
@@ -203,7 +308,7 @@ async def forget_fact(
     key: str,
     category: str | None,
     actor: str = "api",
-) -> dict[str, Any]:
+) -> Forgotten:
     async with pool.acquire() as conn, conn.transaction():
         rows = await conn.fetch(FORGET, user_id, key, category)
         if not rows:
@@ -222,7 +327,7 @@ async def forget_fact(
     await announce(
         publisher, user_id=user_id, ids=[r["id"] for r in rows], change="deleted", embed=False
     )
-    return {"deleted": len(rows), "key": key, "categories": sorted(r["category"] for r in rows)}
+    return Forgotten(deleted=len(rows), key=key, categories=sorted(r["category"] for r in rows))
 
 
 async def list_facts(
@@ -234,7 +339,7 @@ async def list_facts(
     sort_by: str = "category",
     sort_order: str = "desc",
     search: str | None = None,
-) -> dict[str, Any]:
+) -> FactPage:
     """One page of facts (``user_id`` None = every user's: admin only).
 
     ``sort_by`` is one of category, key, created_at, updated_at, confidence."""
@@ -249,28 +354,19 @@ async def list_facts(
         offset,
     )
     total = rows[0]["total"] if rows else 0
-    return {
-        "facts": [fact_dict(r) for r in rows],
-        "total": total,
-        "limit": limit,
-        "offset": offset,
-    }
+    return FactPage(facts=[Fact.of(r) for r in rows], total=total, limit=limit, offset=offset)
 
 
-async def get_summary(pool: asyncpg.Pool, *, user_id: str) -> dict[str, Any]:
+async def get_summary(pool: asyncpg.Pool, *, user_id: str) -> Summary:
     row = await pool.fetchrow(GET_SUMMARY, user_id)
     if row is None:
-        return {"summary": None, "fact_count": 0, "updated_at": None}
-    return {
-        "summary": row["summary"],
-        "fact_count": row["fact_count"],
-        "updated_at": row["updated_at"].isoformat(),
-    }
+        return Summary(summary=None, fact_count=0, updated_at=None)
+    return Summary.of(row)
 
 
 async def set_summary(
     pool: asyncpg.Pool, *, user_id: str, summary: str, actor: str = "api"
-) -> dict[str, Any]:
+) -> Summary:
     async with pool.acquire() as conn, conn.transaction():
         await ensure_user(conn, user_id)
         row = await conn.fetchrow(SET_SUMMARY, user_id, summary)
@@ -278,28 +374,8 @@ async def set_summary(
         await audit(
             conn, user_id=user_id, actor=actor, action="update", entity="summary", entity_id=user_id
         )
-    return {
-        "summary": row["summary"],
-        "fact_count": row["fact_count"],
-        "updated_at": row["updated_at"].isoformat(),
-    }
+    return Summary.of(row)
 
 
 async def has_trigram(pool: asyncpg.Pool) -> bool:
     return bool(await pool.fetchval(HAS_TRGM))
-
-
-def fact_dict(r: asyncpg.Record) -> dict[str, Any]:
-    return {
-        "id": str(r["id"]),
-        "user_id": r["user_id"],
-        "category": r["category"],
-        "key": r["key"],
-        "value": r["value"],
-        "source": r["source"],
-        "confidence": r["confidence"],
-        "source_context": r["source_context"],
-        "expires_at": r["expires_at"].isoformat() if r["expires_at"] else None,
-        "created_at": r["created_at"].isoformat(),
-        "updated_at": r["updated_at"].isoformat(),
-    }

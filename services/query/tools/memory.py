@@ -120,29 +120,27 @@ async def _list_themes(ctx: ToolContext, _: Nothing) -> ms.Themes:
     return await ms.list_themes(ctx.pool, user_id=ctx.user_id)
 
 
-async def _save_fact(ctx: ToolContext, fact: FactIn) -> dict[str, Any]:
+async def _save_fact(ctx: ToolContext, fact: FactIn) -> fs.SavedFact:
     return await fs.save_fact(
         ctx.pool, ctx.publisher, user_id=ctx.user_id, actor="tool", **fact.model_dump()
     )
 
 
-async def _search_facts(ctx: ToolContext, q: FactSearchIn) -> dict[str, Any]:
+async def _search_facts(ctx: ToolContext, q: FactSearchIn) -> fs.Facts:
     vector = None
     if not lists_newest(q.query):  # else the newest facts: nothing to embed
         vector = await ctx.state.query_vector(ctx.pool, user_id=ctx.user_id, text=q.query)
-    return {
-        "facts": await fs.search_facts(
-            ctx.pool,
-            user_id=ctx.user_id,
-            query=q.query,
-            limit=q.limit,
-            vector=vector,
-            trigram=ctx.trigram,
-        )
-    }
+    return await fs.search_facts(
+        ctx.pool,
+        user_id=ctx.user_id,
+        query=q.query,
+        limit=q.limit,
+        vector=vector,
+        trigram=ctx.trigram,
+    )
 
 
-async def _forget_fact(ctx: ToolContext, f: ForgetIn) -> dict[str, Any]:
+async def _forget_fact(ctx: ToolContext, f: ForgetIn) -> fs.Forgotten:
     return await fs.forget_fact(
         ctx.pool,
         ctx.publisher,
@@ -153,7 +151,7 @@ async def _forget_fact(ctx: ToolContext, f: ForgetIn) -> dict[str, Any]:
     )
 
 
-async def _list_facts(ctx: ToolContext, page: FactListIn) -> dict[str, Any]:
+async def _list_facts(ctx: ToolContext, page: FactListIn) -> fs.FactPage:
     return await fs.list_facts(ctx.pool, user_id=ctx.user_id, **page.model_dump())
 
 

@@ -36,5 +36,5 @@ async def search(body: AdminSearchIn, who: Admin, pool: Pool, state: State) -> d
     summary="Facts of every user, sorted and paginated (admin key)",
     response_model=R.FactPageOut,
 )
-async def facts(who: Admin, pool: Pool, q: Annotated[FactListIn, Query()]) -> dict[str, Any]:
+async def facts(who: Admin, pool: Pool, q: Annotated[FactListIn, Query()]) -> fs.FactPage:
     return await fs.list_facts(pool, user_id=None, **q.model_dump())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
@@ -18,7 +18,7 @@ router = APIRouter(prefix="/v1/facts", tags=["facts (Navi)"])
 
 
 @router.post("", summary="Save a fact: upsert on (category, key)", response_model=R.SavedFactOut)
-async def save(body: FactIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def save(body: FactIn, user_id: UserId, pool: Pool, pub: Pub) -> fs.SavedFact:
     return await fs.save_fact(pool, pub, user_id=user_id, **body.model_dump())
 
 
@@ -29,11 +29,11 @@ async def save(body: FactIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str,
 )
 async def search(
     body: FactSearchIn, request: Request, user_id: UserId, pool: ReadPool, state: State
-) -> dict[str, Any]:
+) -> fs.Facts:
     vector = None
     if not lists_newest(body.query):  # else the newest facts: nothing to embed
         vector = await state.query_vector(pool, user_id=user_id, text=body.query)
-    facts = await fs.search_facts(
+    return await fs.search_facts(
         pool,
         user_id=user_id,
         query=body.query,
@@ -41,7 +41,6 @@ async def search(
         vector=vector,
         trigram=state.trigram,
     )
-    return {"facts": facts}
 
 
 @router.post(
@@ -50,22 +49,20 @@ async def search(
     response_model=R.ForgottenOut,
     responses=NAMED_IN_BODY,
 )
-async def forget(body: ForgetIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def forget(body: ForgetIn, user_id: UserId, pool: Pool, pub: Pub) -> fs.Forgotten:
     return await fs.forget_fact(pool, pub, user_id=user_id, key=body.key, category=body.category)
 
 
 @router.get("", summary="All facts, sorted and paginated", response_model=R.FactPageOut)
-async def list_(
-    user_id: UserId, pool: ReadPool, q: Annotated[FactListIn, Query()]
-) -> dict[str, Any]:
+async def list_(user_id: UserId, pool: ReadPool, q: Annotated[FactListIn, Query()]) -> fs.FactPage:
     return await fs.list_facts(pool, user_id=user_id, **q.model_dump())
 
 
 @router.get("/summary", summary="The user's narrative summary", response_model=R.SummaryOut)
-async def get_summary(user_id: UserId, pool: ReadPool) -> dict[str, Any]:
+async def get_summary(user_id: UserId, pool: ReadPool) -> fs.Summary:
     return await fs.get_summary(pool, user_id=user_id)
 
 
 @router.put("/summary", summary="Replace the user's narrative summary", response_model=R.SummaryOut)
-async def set_summary(body: SummaryIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def set_summary(body: SummaryIn, user_id: UserId, pool: Pool) -> fs.Summary:
     return await fs.set_summary(pool, user_id=user_id, summary=body.summary)
