@@ -22,11 +22,11 @@ import re
 import unicodedata
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter
+from pydantic import BaseModel, ConfigDict, Field
 
 from shared.errors import InvalidModelOutput, InvalidRequest
 from shared.memory.secrets import find_secret, redact
@@ -60,13 +60,18 @@ class DecisionMetrics:
         )
 
 
-@dataclass(frozen=True)
-class RecordedDecision:
+class RecordedDecision(BaseModel):
+    """A stored decision: its memory's id and the description stored."""
+
+    model_config = ConfigDict(frozen=True)
+
     id: uuid.UUID
     description: str
-    rewritten: bool
-    original: str | None
-    warnings: list[str] = field(default_factory=list)
+    rewritten: bool = Field(description="true when the model rewrote the description")
+    original: str | None = None
+    """The description as given, when the model rewrote it."""
+    warnings: list[str]
+    """The rules the description as given broke (a rewrite fixed them)."""
 
 
 def _leading_emoji(text: str) -> bool:
@@ -204,4 +209,10 @@ async def record_decision(
     if publisher is not None:
         await publish_written(publisher, written)
     memory_id = written.items[0].id
-    return RecordedDecision(memory_id, text, original is not None, original, warnings)
+    return RecordedDecision(
+        id=memory_id,
+        description=text,
+        rewritten=original is not None,
+        original=original,
+        warnings=warnings,
+    )

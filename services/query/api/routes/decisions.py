@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -11,7 +10,7 @@ from pydantic import BaseModel, Field
 from services.query.api.auth import UserId
 from services.query.api.deps import Pool, Pub, State
 from services.query.api.edges import NAMED_IN_BODY
-from services.query.memory.decisions import MAX_CHARS, TARGET_CHARS
+from services.query.memory.decisions import MAX_CHARS, TARGET_CHARS, RecordedDecision
 from services.query.memory.decisions import record_decision as record
 from shared.memory.membership import require_member, require_own_episode
 from shared.memory.writer import Chat
@@ -32,12 +31,9 @@ class DecisionIn(BaseModel):
     chat_id: str | None = None
 
 
-class DecisionOut(BaseModel):
-    id: uuid.UUID
-    description: str
-    rewritten: bool = Field(description="true when the model rewrote the description")
-    original: str | None = None
-    warnings: list[str]
+# the use case's result under the API's name (a docstring would become its description)
+class DecisionOut(RecordedDecision):
+    pass
 
 
 @router.post(
@@ -53,13 +49,13 @@ async def record_decision(
     pool: Pool,
     publisher: Pub,
     state: State,
-) -> Any:
+) -> RecordedDecision:
     # a reference to someone else's episode or a chat one is not in: 404 (issue 17.3/17.6)
     if body.episode_id is not None:
         await require_own_episode(pool, user_id, body.episode_id)
     if body.provider and body.chat_id:
         await require_member(pool, user_id, Chat(body.provider, body.chat_id))
-    d = await record(
+    return await record(
         pool,
         user_id=user_id,
         description=body.description,
@@ -71,11 +67,4 @@ async def record_decision(
         rewrite=state.rewrite,
         metrics=state.decision_metrics,
         publisher=publisher,
-    )
-    return DecisionOut(
-        id=d.id,
-        description=d.description,
-        rewritten=d.rewritten,
-        original=d.original,
-        warnings=d.warnings,
     )
