@@ -3,6 +3,10 @@ describes every answer (and the tool schemas are built from the same models).
 
 The fields listed are the contract; a model marked :class:`Open` may carry
 more keys (a use case's extra detail is passed through, never dropped).
+
+Where a use case returns a typed result, its model is the description and the
+response model subclasses it under the API's name (the schema's component name);
+such a subclass has no docstring, which would become the schema's description.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.query.memory import checkpoints as cs
 from services.query.memory import facts as fs
 
 
@@ -229,29 +234,23 @@ class NamespacesOut(Out):
 
 
 # --- checkpoints ------------------------------------------------------------------
+# The use cases' results (services.query.memory.checkpoints), under the API's names.
 
 
-class CheckpointOut(Open):
-    thread_id: str
-    checkpoint_id: str
-    parent_id: str | None
-    agent_id: str | None
-    step: int | None
-    state: Any
-    created_at: str
+class CheckpointOut(cs.Checkpoint, Open):
+    pass
 
 
-class LineageOut(Out):
-    lineage: list[CheckpointOut]
+class LineageOut(cs.Lineage, Out):
+    lineage: list[CheckpointOut]  # type: ignore[assignment]
 
 
-class CheckpointsOut(Out):
-    checkpoints: list[CheckpointOut]
+class CheckpointsOut(cs.Checkpoints, Out):
+    checkpoints: list[CheckpointOut]  # type: ignore[assignment]
 
 
-class ThreadDeletedOut(Out):
-    thread_id: str
-    deleted: int
+class ThreadDeletedOut(cs.ThreadDeleted, Out):
+    pass
 
 
 # --- episodes (Nous) --------------------------------------------------------------

@@ -8,18 +8,19 @@ replaces its state (idempotent retries). Every statement is scoped by user.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+from pydantic import BaseModel, ConfigDict
 
 from shared.db import audit
 from shared.errors import InvalidRequest, NotFound
 from shared.users import ensure_user
 
 
-@dataclass(frozen=True)
-class Checkpoint:
+class Checkpoint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     thread_id: str
     checkpoint_id: str
     parent_id: str | None
@@ -42,20 +43,23 @@ class Checkpoint:
         )
 
 
-@dataclass(frozen=True)
-class Lineage:
+class Lineage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     lineage: list[Checkpoint]
     """The checkpoint, its parent, its parent's parent ... up to the root."""
 
 
-@dataclass(frozen=True)
-class Checkpoints:
+class Checkpoints(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     checkpoints: list[Checkpoint]
     """Newest first."""
 
 
-@dataclass(frozen=True)
-class ThreadDeleted:
+class ThreadDeleted(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     thread_id: str
     deleted: int
 
@@ -172,15 +176,14 @@ async def lineage(
     rows = await pool.fetch(LINEAGE, user_id, thread_id, checkpoint_id)
     if not rows:
         raise NotFound(f"no checkpoint {checkpoint_id!r} in thread {thread_id!r}")
-    return Lineage([Checkpoint.of(r) for r in rows])
+    return Lineage(lineage=[Checkpoint.of(r) for r in rows])
 
 
 async def list_thread(
     pool: asyncpg.Pool, *, user_id: str, thread_id: str, limit: int
 ) -> Checkpoints:
-    return Checkpoints(
-        [Checkpoint.of(r) for r in await pool.fetch(LIST, user_id, thread_id, limit)]
-    )
+    rows = await pool.fetch(LIST, user_id, thread_id, limit)
+    return Checkpoints(checkpoints=[Checkpoint.of(r) for r in rows])
 
 
 async def delete_thread(pool: asyncpg.Pool, *, user_id: str, thread_id: str) -> ThreadDeleted:
