@@ -19,7 +19,11 @@ What callers may rely on:
   a year later;
 - :func:`asks_order` says whether a question asks for an order or a duration
   ("what did I do first", "how long between", "in what order"): the context then
-  lists its dated evidence in time order (docs/retrieval.md).
+  lists its dated evidence in time order (docs/retrieval.md);
+- :func:`asks_across` says whether a question gathers over the history (an order
+  or duration, a count, a summary, "across my sessions"): the context then cuts
+  each past turn's line shorter, so more of the turns it rests on fit
+  (docs/context.md).
 """
 
 from __future__ import annotations
@@ -371,6 +375,21 @@ _ORDER = re.compile(
 def asks_order(text: str) -> bool:
     """Whether a question asks for an order or a duration between dated events."""
     return _ORDER.search(text) is not None
+
+
+_ACROSS = re.compile(
+    r"(?i)\b(?:across|throughout|over (?:the|our|my|all|these|those) (?:\w+ )?"
+    r"(?:sessions|conversations|chats|discussions|months|weeks|time)|how many|how often|"
+    r"summar(?:y|ise|ize)|every time|each time|all (?:the|of the|my)|list (?:all|the|every)|"
+    r"in (?:what|which) order|order in which|progress(?:ed)?|evolv(?:e|ed)|changed over)\b"
+)
+
+
+def asks_across(text: str) -> bool:
+    """Whether a question gathers what was said over several conversations: an
+    order, a count, a summary, every time something came up (its evidence is spread
+    over sessions, not one turn)."""
+    return asks_order(text) or _ACROSS.search(text) is not None
 
 
 AsOf = Annotated[datetime, AfterValidator(bounded)]

@@ -4,7 +4,13 @@ more of the hits, each cut shorter, instead of the first few long turns whole
 
 from __future__ import annotations
 
-from services.query.context.auto import LINE_CHARS, MIN_LINE_CHARS, assemble_auto, line_chars
+from services.query.context.auto import (
+    GATHER_MIN_LINE_CHARS,
+    LINE_CHARS,
+    MIN_LINE_CHARS,
+    assemble_auto,
+    line_chars,
+)
 from services.query.context.command import ContextQuery
 from services.query.embeddings.query import QueryVector
 from tests.query.helpers import unit
@@ -38,3 +44,26 @@ async def test_a_small_budget_holds_more_long_hits_each_cut_shorter(pool, user_i
     # 600-character lines fitted 5 of these in 1,000 tokens; 300-character ones fit all
     assert shown[1000] == len(TOPICS)
     assert shown[500] >= 5
+
+
+async def test_a_question_that_gathers_gets_shorter_lines_and_more_of_its_turns(pool, user_id):
+    """An order, a count or a summary rests on many turns: each line says what its turn
+    was about (its head), and more of them fit the same budget."""
+    topics = TOPICS + ["metrics", "docs", "release", "review", "billing", "search"]
+    turns = [T(_long(t), unit(10 + i, near=Q, noise=0.3 + 0.02 * i)) for i, t in enumerate(topics)]
+    await add_turns(pool, user_id, turns)
+    qv = QueryVector(Q, "ctx-model", None)
+    shown = {}
+    for message in ("how is the project going", "summarize how the project progressed"):
+        out = await assemble_auto(
+            pool, user_id, ContextQuery(message=message, token_budget=1000), qv
+        )
+        assert out.tokens <= 1000
+        lines = [ln for ln in out.text.splitlines() if ln.startswith("- [Past message")]
+        gathers = message.startswith("summarize")
+        assert all(len(ln.split("] Ann: ", 1)[1]) <= line_chars(1000, gathers) for ln in lines)
+        shown[gathers] = {t for t in topics if f"About the {t} work" in out.text}
+    assert line_chars(1000, True) == 100 < line_chars(1000) == 300
+    assert line_chars(500, True) == GATHER_MIN_LINE_CHARS
+    # 300-character lines fit 11 of these in 1,000 tokens; 100-character ones all 15
+    assert shown[False] < shown[True] == set(topics)

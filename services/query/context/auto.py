@@ -44,7 +44,7 @@ from services.query.people.subjects import subject_people
 from services.query.ranking.fusion import CONTEXT_TURNS
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
 from services.query.ranking.turns import MessageHit, rank_turns
-from shared.dates import asks_order
+from shared.dates import asks_across, asks_order
 from shared.db import Executor
 from shared.memory.people import Person, list_people
 from shared.memory.writer import MEMORY_TYPES
@@ -61,6 +61,11 @@ LINE_CHARS = 600
 # MIN_LINE_CHARS and LINE_CHARS): at 1,000 tokens 300 characters, so a small budget
 # holds more of the hits than the first few long turns (docs/context.md)
 LINE_SHARE, MIN_LINE_CHARS = 0.3, 200
+# ... and for a question that gathers over the history (``shared.dates.asks_across``:
+# an order, a count, a summary), breadth before depth: 0.1 a token, at least 100 (100
+# at 1,000 tokens, 200 at 2,000): each line says what a turn was about, and more of
+# the many turns such a question rests on fit (docs/context.md)
+GATHER_LINE_SHARE, GATHER_MIN_LINE_CHARS = 0.1, 100
 PEOPLE_SHARE = 5  # known people take at most 1 / PEOPLE_SHARE of the budget
 # a hit with fewer words than this brings the turns before and after it
 SHORT_WORDS = 8
@@ -105,8 +110,11 @@ def _one_line(text: str, limit: int = LINE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def line_chars(budget: int) -> int:
-    """How long a past turn's line may be under ``budget`` tokens."""
+def line_chars(budget: int, gathers: bool = False) -> int:
+    """How long a past turn's line may be under ``budget`` tokens (shorter when the
+    question ``gathers`` over the history)."""
+    if gathers:
+        return max(GATHER_MIN_LINE_CHARS, min(LINE_CHARS, int(budget * GATHER_LINE_SHARE)))
     return max(MIN_LINE_CHARS, min(LINE_CHARS, int(budget * LINE_SHARE)))
 
 
@@ -312,6 +320,7 @@ async def assemble_auto(
     pool: asyncpg.Pool, user_id: str, query: ContextQuery, qv: QueryVector
 ) -> ContextOut:
     chat = query.chat
+    gathers = asks_across(query.message)
 
     async def turn_part() -> list[Turn]:
         if lists_newest(query.message):  # a blank message: nothing to be relevant to
@@ -382,7 +391,8 @@ async def assemble_auto(
             name="messages",
             header=header,
             lines=[
-                message_line(t, notes.get(t.id, ""), line_chars(query.token_budget)) for t in turns
+                message_line(t, notes.get(t.id, ""), line_chars(query.token_budget, gathers))
+                for t in turns
             ],
         ),
     ]
