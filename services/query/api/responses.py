@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from services.query.memory import checkpoints as cs
 from services.query.memory import facts as fs
+from services.query.memory import jarvus_results as js
 
 
 class Out(BaseModel):
@@ -191,46 +192,35 @@ class SummaryOut(fs.Summary, Out):
 
 
 # --- Jarvus -----------------------------------------------------------------------
+# The use cases' results (services.query.memory.jarvus_results), under the API's names.
 
 
-class StoredOut(Open):
-    memory_id: str
-    procedure_id: str | None = None
-    updated: bool | None = None
+class StoredOut(js.Stored, Open):
+    pass
 
 
-class JarvusItemOut(Open):
-    memory_id: str
-    namespace: str
-    type: str
-    text: str
-    data: dict[str, Any]
-    importance: float
-    score: float
-    created_at: str
-    last_accessed: str | None
+class JarvusItemOut(js.Retrieved, Open):
+    pass
 
 
-class JarvusEpisodesOut(Out):
-    episodes: list[JarvusItemOut]
+class JarvusEpisodesOut(js.Episodes, Out):
+    episodes: list[JarvusItemOut]  # type: ignore[assignment]
 
 
-class JarvusFactsOut(Out):
-    facts: list[JarvusItemOut]
+class JarvusFactsOut(js.Facts, Out):
+    facts: list[JarvusItemOut]  # type: ignore[assignment]
 
 
-class JarvusProceduresOut(Out):
-    procedures: list[JarvusItemOut]
+class JarvusProceduresOut(js.Procedures, Out):
+    procedures: list[JarvusItemOut]  # type: ignore[assignment]
 
 
-class NamespaceOut(Out):
-    namespace: str
-    items: int
-    latest: str
+class NamespaceOut(js.Namespace, Out):
+    pass
 
 
-class NamespacesOut(Out):
-    namespaces: list[NamespaceOut]
+class NamespacesOut(js.Namespaces, Out):
+    namespaces: list[NamespaceOut]  # type: ignore[assignment]
 
 
 # --- checkpoints ------------------------------------------------------------------

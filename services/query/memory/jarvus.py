@@ -16,6 +16,7 @@ import asyncpg
 
 from services.query.embeddings.query import lists_newest
 from services.query.memory import items as ms
+from services.query.memory.jarvus_results import Namespace, Namespaces, Retrieved, Stored
 from services.query.memory.search import memory_search
 from services.query.memory.state import QueryState
 from services.query.ranking.memories import SearchParams
@@ -107,12 +108,12 @@ async def store_action(
     user_id: str,
     action: Mapping[str, Any],
     namespace: str = "default",
-) -> dict[str, Any]:
+) -> Stored:
     """Store a browser/app action (its fields as given: action, target, url, ...)."""
     data = {"type": "chrome_action", **action}
     item = _memory("episode", action_text(action), data, namespace, IMPORTANCE["chrome_action"])
     added = await _store(pool, publisher, user_id=user_id, items=[item])
-    return {"memory_id": str(added[0].id)}
+    return Stored(memory_id=str(added[0].id))
 
 
 async def store_feedback(
@@ -122,7 +123,7 @@ async def store_feedback(
     user_id: str,
     feedback: Mapping[str, Any],
     namespace: str = "default",
-) -> dict[str, Any]:
+) -> Stored:
     """Store feedback on a suggestion (suggestion_id, user_response, notes, ...)."""
     data = {"type": "feedback", **feedback}
     text = _text(
@@ -133,7 +134,7 @@ async def store_feedback(
     )
     item = _memory("episode", text, data, namespace, IMPORTANCE["feedback"])
     added = await _store(pool, publisher, user_id=user_id, items=[item])
-    return {"memory_id": str(added[0].id)}
+    return Stored(memory_id=str(added[0].id))
 
 
 async def store_workflow(
@@ -144,7 +145,7 @@ async def store_workflow(
     workflow: Mapping[str, Any],
     namespace: str = "default",
     store_as_procedure: bool = False,
-) -> dict[str, Any]:
+) -> Stored:
     """Store a workflow execution (workflow_id, steps, result, ...), and a procedure if asked."""
     w = workflow
     steps = "; ".join(
@@ -177,10 +178,9 @@ async def store_workflow(
             )
         )
     added = await _store(pool, publisher, user_id=user_id, items=items)
-    out = {"memory_id": str(added[0].id)}
     if len(added) > 1:
-        out["procedure_id"] = str(added[1].id)
-    return out
+        return Stored(memory_id=str(added[0].id), procedure_id=str(added[1].id))
+    return Stored(memory_id=str(added[0].id))
 
 
 async def store_plain(
@@ -194,7 +194,7 @@ async def store_plain(
     memory_id: str | None = None,
     data: Mapping[str, Any] | None = None,
     namespace: str = "default",
-) -> dict[str, Any]:
+) -> Stored:
     """Store a plain memory, or with ``memory_id`` replace that one's text and data."""
     stored = {"type": type, "text": text, **(data or {})}
     if memory_id is None:
@@ -204,7 +204,7 @@ async def store_plain(
             user_id=user_id,
             items=[_memory(type, text, stored, namespace, importance)],
         )
-        return {"memory_id": str(added[0].id), "updated": False}
+        return Stored(memory_id=str(added[0].id), updated=False)
     key = ms.parse_id(memory_id)
     async with pool.acquire() as conn, conn.transaction():
         try:
@@ -232,7 +232,7 @@ async def store_plain(
             details={"type": type},
         )
     await ms.announce(publisher, user_id=user_id, ids=[key], change="added")
-    return {"memory_id": str(key), "updated": True}
+    return Stored(memory_id=str(key), updated=True)
 
 
 async def retrieve(
@@ -244,7 +244,7 @@ async def retrieve(
     query: str | None,
     limit: int,
     namespace: str = "default",
-) -> list[dict[str, Any]]:
+) -> list[Retrieved]:
     """Memories of one kind, most relevant first; marks them accessed."""
     types = KIND_TYPES[kind]
     ranked: list[tuple[float, asyncpg.Record]] = []
@@ -269,15 +269,17 @@ async def retrieve(
         )
         ranked += [(0.0, r) for r in rows]
     await ms.touch(pool, user_id=user_id, ids=[r["id"] for _, r in ranked])
-    return [_item(r, score) for score, r in ranked]
+    return [Retrieved.of(r, score) for score, r in ranked]
 
 
-async def namespaces(pool: asyncpg.Pool, *, user_id: str) -> list[dict[str, Any]]:
+async def namespaces(pool: asyncpg.Pool, *, user_id: str) -> Namespaces:
     rows = await pool.fetch(NAMESPACES, user_id)
-    return [
-        {"namespace": r["namespace"], "items": r["items"], "latest": r["latest"].isoformat()}
-        for r in rows
-    ]
+    return Namespaces(
+        namespaces=[
+            Namespace(namespace=r["namespace"], items=r["items"], latest=r["latest"].isoformat())
+            for r in rows
+        ]
+    )
 
 
 def _accessed_desc(r: asyncpg.Record) -> float:
@@ -287,17 +289,3 @@ def _accessed_desc(r: asyncpg.Record) -> float:
 
 def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def _item(r: asyncpg.Record, score: float) -> dict[str, Any]:
-    return {
-        "memory_id": str(r["id"]),
-        "namespace": r["namespace"],
-        "type": r["type"],
-        "text": r["content"],
-        "data": r["data"],
-        "importance": r["importance"],
-        "score": round(score, 6),
-        "created_at": r["created_at"].isoformat(),
-        "last_accessed": r["last_accessed_at"].isoformat() if r["last_accessed_at"] else None,
-    }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 
@@ -14,6 +14,7 @@ from services.query.api.edges import NAMED_IN_BODY
 from services.query.embeddings.query import MAX_SEARCH_CHARS, described
 from services.query.memory import items as ms
 from services.query.memory import jarvus as js
+from services.query.memory import jarvus_results as jr
 from services.query.memory.requests import ActionIn, FeedbackIn, StoreIn, WorkflowIn
 
 router = APIRouter(prefix="/v1/jarvus", tags=["agent memory (Jarvus)"])
@@ -29,9 +30,8 @@ Namespace = Annotated[str, Query(min_length=1, max_length=255)]
     "/actions",
     summary="Store a browser/app action as an episode",
     response_model=R.StoredOut,
-    response_model_exclude_unset=True,
 )
-async def action(body: ActionIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def action(body: ActionIn, user_id: UserId, pool: Pool, pub: Pub) -> jr.Stored:
     return await js.store_action(
         pool,
         pub,
@@ -45,9 +45,8 @@ async def action(body: ActionIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[
     "/feedback",
     summary="Store the user's feedback on a suggestion as an episode",
     response_model=R.StoredOut,
-    response_model_exclude_unset=True,
 )
-async def feedback(body: FeedbackIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def feedback(body: FeedbackIn, user_id: UserId, pool: Pool, pub: Pub) -> jr.Stored:
     return await js.store_feedback(
         pool,
         pub,
@@ -61,9 +60,8 @@ async def feedback(body: FeedbackIn, user_id: UserId, pool: Pool, pub: Pub) -> d
     "/workflows",
     summary="Store a workflow execution (and a procedure if asked)",
     response_model=R.StoredOut,
-    response_model_exclude_unset=True,
 )
-async def workflow(body: WorkflowIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def workflow(body: WorkflowIn, user_id: UserId, pool: Pool, pub: Pub) -> jr.Stored:
     return await js.store_workflow(
         pool,
         pub,
@@ -79,9 +77,8 @@ async def workflow(body: WorkflowIn, user_id: UserId, pool: Pool, pub: Pub) -> d
     summary="Store (or, with memory_id, update) a plain memory",
     response_model=R.StoredOut,
     responses=NAMED_IN_BODY,
-    response_model_exclude_unset=True,
 )
-async def store(body: StoreIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def store(body: StoreIn, user_id: UserId, pool: Pool, pub: Pub) -> jr.Stored:
     return await js.store_plain(pool, pub, user_id=user_id, **body.model_dump())
 
 
@@ -95,9 +92,9 @@ async def episodes(
     query: QueryText = None,
     limit: Limit = 5,
     namespace: Namespace = "default",
-) -> dict[str, Any]:
-    return {
-        "episodes": await js.retrieve(
+) -> jr.Episodes:
+    return jr.Episodes(
+        episodes=await js.retrieve(
             state,
             pool,
             user_id=user_id,
@@ -106,7 +103,7 @@ async def episodes(
             limit=limit,
             namespace=namespace,
         )
-    }
+    )
 
 
 @router.get(
@@ -119,9 +116,9 @@ async def facts(
     query: QueryText = None,
     limit: Limit = 5,
     namespace: Namespace = "default",
-) -> dict[str, Any]:
-    return {
-        "facts": await js.retrieve(
+) -> jr.Facts:
+    return jr.Facts(
+        facts=await js.retrieve(
             state,
             pool,
             user_id=user_id,
@@ -130,7 +127,7 @@ async def facts(
             limit=limit,
             namespace=namespace,
         )
-    }
+    )
 
 
 @router.get(
@@ -145,9 +142,9 @@ async def procedures(
     query: QueryText = None,
     limit: Limit = 5,
     namespace: Namespace = "default",
-) -> dict[str, Any]:
-    return {
-        "procedures": await js.retrieve(
+) -> jr.Procedures:
+    return jr.Procedures(
+        procedures=await js.retrieve(
             state,
             pool,
             user_id=user_id,
@@ -156,14 +153,14 @@ async def procedures(
             limit=limit,
             namespace=namespace,
         )
-    }
+    )
 
 
 @router.get(
     "/namespaces", summary="The user's namespaces with item counts", response_model=R.NamespacesOut
 )
-async def namespaces(user_id: UserId, pool: Pool) -> dict[str, Any]:
-    return {"namespaces": await js.namespaces(pool, user_id=user_id)}
+async def namespaces(user_id: UserId, pool: Pool) -> jr.Namespaces:
+    return await js.namespaces(pool, user_id=user_id)
 
 
 @router.delete(
