@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Self
 
 import asyncpg
+from pydantic import BaseModel
 
 from services.query.embeddings.query import lists_newest
 from services.query.memory import items as ms
@@ -70,6 +71,53 @@ COMPARE = {
 MAX_COMPARISONS = 20
 
 NAMESPACES = f"SELECT DISTINCT namespace FROM memory_items WHERE {_STORE}"
+
+
+class Item(BaseModel):
+    """A store item: its value under (namespace, key)."""
+
+    namespace: list[str]
+    """The namespace's labels."""
+    key: str
+    value: dict[str, Any]
+    created_at: str
+    """ISO 8601 (as ``updated_at``)."""
+    updated_at: str
+
+    @classmethod
+    def of(cls, r: asyncpg.Record, **more: Any) -> Self:
+        """The item of a row of ``_ITEM`` (``more``: a subclass's further fields)."""
+        return cls(
+            namespace=r["namespace"].split(SEP),
+            key=r["key"],
+            value=_value(r["data"]),
+            created_at=r["created_at"].isoformat(),
+            updated_at=r["updated_at"].isoformat(),
+            **more,
+        )
+
+
+class Hit(Item):
+    """An item a search found."""
+
+    score: float | None
+    """The memory search's score; None for an item that tops up the ranked ones."""
+
+
+class Hits(BaseModel):
+    """A search's page of items: ranked first (with a query), then newest first."""
+
+    items: list[Hit]
+
+
+class NamespaceList(BaseModel):
+    namespaces: list[list[str]]
+    """Each namespace's labels (cut to the depth asked), sorted."""
+
+
+class ItemDeleted(BaseModel):
+    deleted: Literal[0, 1]
+    """0 when there was no item."""
 
 
 def namespace_text(labels: list[str], field: str = "namespace") -> str:
@@ -153,7 +201,7 @@ async def put(
     key: str,
     value: dict[str, Any],
     index: list[str] | None,
-) -> dict[str, Any]:
+) -> Item:
     ns = namespace_text(namespace)
     item = NewItem(
         type="other",
@@ -171,24 +219,22 @@ async def put(
     return await get(pool, user_id=user_id, namespace=namespace, key=key)
 
 
-async def get(
-    pool: asyncpg.Pool, *, user_id: str, namespace: list[str], key: str
-) -> dict[str, Any]:
+async def get(pool: asyncpg.Pool, *, user_id: str, namespace: list[str], key: str) -> Item:
     row = await pool.fetchrow(GET, user_id, namespace_text(namespace), key)
     if row is None:
         raise NotFound(f"no item {key!r} in namespace {namespace!r}")
-    return item_dict(row)
+    return Item.of(row)
 
 
 async def delete(
     pool: asyncpg.Pool, publisher: Publisher, *, user_id: str, namespace: list[str], key: str
-) -> dict[str, Any]:
+) -> ItemDeleted:
     """Delete the item (its embedding goes with it); a missing one deletes nothing."""
     row = await pool.fetchrow(GET, user_id, namespace_text(namespace), key)
     if row is None:
-        return {"deleted": 0}
+        return ItemDeleted(deleted=0)
     await ms.delete_memory(pool, publisher, user_id=user_id, item_id=row["id"], actor="store")
-    return {"deleted": 1}
+    return ItemDeleted(deleted=1)
 
 
 async def search(
@@ -201,14 +247,14 @@ async def search(
     filter: dict[str, Any] | None,
     limit: int,
     offset: int,
-) -> list[dict[str, Any]]:
+) -> Hits:
     """Items under the prefix that match, best first (with a query) or newest first."""
     ns = namespace_text(namespace_prefix, "namespace_prefix") if namespace_prefix else None
     where = parse_filter(filter)
     sql, extra = MATCHING.format(compare=where.sql()), where.args()
     args = (user_id, ns, _children(ns), where.contains)
     wanted = offset + limit
-    out: list[tuple[Any, dict[str, Any]]] = []
+    out: list[tuple[Any, Hit]] = []
     if query is not None and not lists_newest(query):
         params = SearchParams(
             query=query, limit=MAX_LIMIT, types=("other",), include_superseded=True
@@ -217,12 +263,12 @@ async def search(
         scores = {h.id: h.score for h in hits}
         rows = await pool.fetch(sql, *args, list(scores), [], len(scores) or 1, *extra)
         ranked = sorted(rows, key=lambda r: (-scores[r["id"]], r["id"]))
-        out = [(r["id"], {**item_dict(r), "score": scores[r["id"]]}) for r in ranked[:wanted]]
+        out = [(r["id"], Hit.of(r, score=scores[r["id"]])) for r in ranked[:wanted]]
     if len(out) < wanted:
         seen = [i for i, _ in out]
         rows = await pool.fetch(sql, *args, None, seen, wanted - len(out), *extra)
-        out += [(r["id"], {**item_dict(r), "score": None}) for r in rows]
-    return [item for _, item in out[offset:wanted]]
+        out += [(r["id"], Hit.of(r, score=None)) for r in rows]
+    return Hits(items=[item for _, item in out[offset:wanted]])
 
 
 async def namespaces(
@@ -234,7 +280,7 @@ async def namespaces(
     max_depth: int | None,
     limit: int,
     offset: int,
-) -> list[list[str]]:
+) -> NamespaceList:
     """The namespaces holding items, matching a prefix/suffix (``*``: any label),
     cut to ``max_depth`` labels, sorted."""
     found: set[tuple[str, ...]] = set()
@@ -245,7 +291,7 @@ async def namespaces(
         if suffix and (len(labels) < len(suffix) or not _matches(labels[-len(suffix) :], suffix)):
             continue
         found.add(labels[:max_depth] if max_depth is not None else labels)
-    return [list(n) for n in sorted(found)[offset : offset + limit]]
+    return NamespaceList(namespaces=[list(n) for n in sorted(found)[offset : offset + limit]])
 
 
 def _matches(labels: tuple[str, ...], pattern: list[str]) -> bool:
@@ -268,13 +314,3 @@ def _value(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(value, dict):
         return value
     return {k: v for k, v in data.items() if k != "replaced"}
-
-
-def item_dict(r: asyncpg.Record) -> dict[str, Any]:
-    return {
-        "namespace": r["namespace"].split(SEP),
-        "key": r["key"],
-        "value": _value(r["data"]),
-        "created_at": r["created_at"].isoformat(),
-        "updated_at": r["updated_at"].isoformat(),
-    }

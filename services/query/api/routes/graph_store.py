@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -55,34 +55,33 @@ class NamespacesIn(_Body):
     offset: Annotated[int, Field(ge=0)] = 0
 
 
-class StoreItemOut(R.Out):
-    namespace: list[str]
-    key: str
-    value: dict[str, Any]
-    created_at: str
-    updated_at: str
+# The use cases' results (services.query.memory.graph_store), under the API's names.
 
 
-class StoreHitOut(StoreItemOut):
-    score: float | None
+class StoreItemOut(gs.Item, R.Out):
+    pass
 
 
-class StoreHitsOut(R.Out):
-    items: list[StoreHitOut]
+class StoreHitOut(gs.Hit, StoreItemOut):
+    pass
 
 
-class NamespaceListOut(R.Out):
-    namespaces: list[list[str]]
+class StoreHitsOut(gs.Hits, R.Out):
+    items: list[StoreHitOut]  # type: ignore[assignment]
 
 
-class ItemDeletedOut(R.Out):
-    deleted: Literal[0, 1]
+class NamespaceListOut(gs.NamespaceList, R.Out):
+    pass
+
+
+class ItemDeletedOut(gs.ItemDeleted, R.Out):
+    pass
 
 
 @router.put(
     "/items", summary="Save an item's value under (namespace, key)", response_model=StoreItemOut
 )
-async def put(body: ItemIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def put(body: ItemIn, user_id: UserId, pool: Pool, pub: Pub) -> gs.Item:
     return await gs.put(pool, pub, user_id=user_id, **body.model_dump())
 
 
@@ -92,14 +91,14 @@ async def put(body: ItemIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, 
     response_model=StoreItemOut,
     responses={404: {"model": ErrorOut, "description": "No item at that namespace and key"}},
 )
-async def get(body: ItemKeyIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def get(body: ItemKeyIn, user_id: UserId, pool: Pool) -> gs.Item:
     return await gs.get(pool, user_id=user_id, namespace=body.namespace, key=body.key)
 
 
 @router.post(
     "/items/delete", summary="Delete an item (0 when there was none)", response_model=ItemDeletedOut
 )
-async def delete(body: ItemKeyIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def delete(body: ItemKeyIn, user_id: UserId, pool: Pool, pub: Pub) -> gs.ItemDeleted:
     return await gs.delete(pool, pub, user_id=user_id, namespace=body.namespace, key=body.key)
 
 
@@ -108,8 +107,8 @@ async def delete(body: ItemKeyIn, user_id: UserId, pool: Pool, pub: Pub) -> dict
     summary="Items under a namespace prefix: by relevance to a query, or newest first",
     response_model=StoreHitsOut,
 )
-async def search(body: StoreSearchIn, user_id: UserId, pool: Pool, state: State) -> dict[str, Any]:
-    return {"items": await gs.search(state, pool, user_id=user_id, **body.model_dump())}
+async def search(body: StoreSearchIn, user_id: UserId, pool: Pool, state: State) -> gs.Hits:
+    return await gs.search(state, pool, user_id=user_id, **body.model_dump())
 
 
 @router.post(
@@ -117,5 +116,5 @@ async def search(body: StoreSearchIn, user_id: UserId, pool: Pool, state: State)
     summary="The namespaces holding items (prefix/suffix with '*', max depth)",
     response_model=NamespaceListOut,
 )
-async def namespaces(body: NamespacesIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
-    return {"namespaces": await gs.namespaces(pool, user_id=user_id, **body.model_dump())}
+async def namespaces(body: NamespacesIn, user_id: UserId, pool: Pool) -> gs.NamespaceList:
+    return await gs.namespaces(pool, user_id=user_id, **body.model_dump())
