@@ -16,8 +16,10 @@ to it itself, doing what their FastAPI route does and nothing else:
 - the same write position kept for read-your-writes after a request other than a
   GET (``deps._pool``);
 - the same answer: the route's ``response_model`` validates and serializes it, sent
-  as FastAPI sends it; an exception goes to the app's own handler for it (a 4xx
-  body as before), or, unhandled, on to the server-error handler outside.
+  as FastAPI sends it (a use case's typed result, which the response model
+  subclasses, is serialized as it is: the same JSON without a second model); an
+  exception goes to the app's own handler for it (a 4xx body as before), or,
+  unhandled, on to the server-error handler outside.
 
 A request whose body is not JSON, or does not validate, or whose path parameters
 are out of bounds, is handed on, its body replayed, to the FastAPI route, which
@@ -75,7 +77,22 @@ class _Compiled:
         self.method = methods[0]
         self.regex: re.Pattern[str] = compile_path(route.path)[0]
         self.answer: TypeAdapter[Any] = TypeAdapter(route.response_model)
+        model = route.response_model
+        self.described: frozenset[type[BaseModel]] = frozenset(
+            m for m in getattr(model, "__mro__", ()) if issubclass(m, BaseModel)
+        )
         self.write = self.method not in ("GET", "HEAD")
+
+    def json(self, answer: Any) -> bytes:
+        """The answer as the route's response model gives it. A use case's typed result
+        that the response model subclasses under the API's name is that description
+        already: it is serialized as it is (validating it a second time, as FastAPI
+        does, would be a second model per call). Anything else the response model
+        validates first."""
+        cls = type(answer)
+        if cls in self.described:
+            return cls.__pydantic_serializer__.to_json(answer, by_alias=True)
+        return self.answer.dump_json(self.answer.validate_python(answer), by_alias=True)
 
 
 def _json_type(scope: Scope) -> bool:
@@ -142,10 +159,7 @@ class LeanRoutes:
                     reads: ReadRouting = request.app.state.reads
                     if reads.enabled:
                         await reads.remember(user)
-            response = Response(
-                c.answer.dump_json(c.answer.validate_python(answer), by_alias=True),
-                media_type="application/json",
-            )
+            response = Response(c.json(answer), media_type="application/json")
         except Exception as exc:
             handler = self._handler_for(exc)
             if handler is None:

@@ -20,11 +20,104 @@ from typing import Any, Literal
 
 import asyncpg
 import orjson
+from pydantic import BaseModel, ConfigDict
 
-from services.query.memory.checkpoints import MAX_STEP
+from services.query.memory.checkpoints import MAX_STEP, Checkpoint
 from shared.db import audit
 from shared.errors import InvalidRequest
 from shared.users import ensure_user
+
+
+class SavedCheckpoint(BaseModel):
+    """A saved checkpoint, without the state it was sent."""
+
+    model_config = ConfigDict(frozen=True)
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    agent_id: str | None
+    step: int
+    created_at: str
+    """ISO 8601, as stored."""
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> SavedCheckpoint:
+        return cls(
+            thread_id=r["thread_id"],
+            checkpoint_ns=r["checkpoint_ns"],
+            checkpoint_id=r["checkpoint_id"],
+            parent_id=r["parent_id"],
+            agent_id=r["agent_id"],
+            step=r["step"],
+            created_at=r["created_at"].isoformat(),
+        )
+
+
+class Write(BaseModel):
+    """A pending write of a task run from a checkpoint."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    idx: int
+    channel: str
+    value: Any
+    task_path: str
+
+
+class QueriedCheckpoint(Checkpoint):
+    """A checkpoint with its namespace, and its pending writes when they were asked for."""
+
+    checkpoint_ns: str
+    writes: list[Write] | None = None
+    """In the order LangGraph applies them; None when not asked for."""
+
+    @classmethod
+    def of(cls, r: asyncpg.Record, *, writes: bool = False) -> QueriedCheckpoint:
+        return cls(
+            thread_id=r["thread_id"],
+            checkpoint_id=r["checkpoint_id"],
+            parent_id=r["parent_id"],
+            agent_id=r["agent_id"],
+            step=r["step"],
+            state=r["state"],
+            created_at=r["created_at"].isoformat(),
+            checkpoint_ns=r["checkpoint_ns"],
+            writes=r["writes"] if writes else None,
+        )
+
+
+class Queried(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    checkpoints: list[QueriedCheckpoint]
+    """Newest first."""
+
+
+class WritesStored(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    stored: int
+    """The writes stored (one kept as it was is not counted)."""
+
+
+class CheckpointsDeleted(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    deleted: int
+    """Checkpoints deleted (their writes went with them)."""
+
+
+class ThreadCopied(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    thread_id: str
+    """The thread copied to."""
+    copied: int
+    """Checkpoints copied (the ones the thread already held are kept)."""
+
 
 _COLUMNS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, agent_id, step, state, created_at"
 
@@ -186,7 +279,7 @@ async def put(
     checkpoint_ns: str = "",
     parent_id: str | None = None,
     agent_id: str | None = None,
-) -> dict[str, Any]:
+) -> SavedCheckpoint:
     """Save (or replace) the checkpoint with exactly this parent; none starts a lineage."""
     if parent_id == checkpoint_id:
         raise InvalidRequest("parent_id: a checkpoint cannot be its own parent")
@@ -198,7 +291,7 @@ async def put(
             f"checkpoint_ns: checkpoint {checkpoint_id!r} of thread {thread_id!r} is in "
             "another namespace"
         )
-    return checkpoint_dict(row, state=False)
+    return SavedCheckpoint.of(row)
 
 
 async def put_writes(
@@ -212,7 +305,7 @@ async def put_writes(
     task_path: str,
     writes: list[dict[str, Any]],
     replace: bool,
-) -> dict[str, Any]:
+) -> WritesStored:
     """Store a task's writes; an (idx) already stored is kept, or with ``replace`` replaced."""
     async with pool.acquire() as conn, conn.transaction():
         await ensure_user(conn, user_id)
@@ -229,7 +322,7 @@ async def put_writes(
             # as JSON text: a write's value may be JSON null, which is not SQL's NULL
             [json.dumps(w["value"]) for w in writes],
         )
-    return {"stored": int(status.split()[-1])}
+    return WritesStored(stored=int(status.split()[-1]))
 
 
 async def query(
@@ -243,7 +336,7 @@ async def query(
     before: str | None = None,
     limit: int = 100,
     writes: bool = False,
-) -> list[dict[str, Any]]:
+) -> Queried:
     """The user's checkpoints that match, newest first; with ``writes``, their pending writes."""
     rows = await pool.fetch(
         QUERY,
@@ -256,18 +349,12 @@ async def query(
         limit,
         writes,
     )
-    out = []
-    for r in rows:
-        c = checkpoint_dict(r)
-        if writes:
-            c["writes"] = r["writes"]
-        out.append(c)
-    return out
+    return Queried(checkpoints=[QueriedCheckpoint.of(r, writes=writes) for r in rows])
 
 
 async def delete_matching(
     pool: asyncpg.Pool, *, user_id: str, contains_any: list[dict[str, Any]]
-) -> dict[str, Any]:
+) -> CheckpointsDeleted:
     """Delete the checkpoints whose state contains any of the objects, and their writes."""
     async with pool.acquire() as conn, conn.transaction():
         deleted = await conn.fetchval(DELETE_MATCHING, user_id, contains_any)
@@ -281,7 +368,7 @@ async def delete_matching(
                 actor="api",
                 details={"deleted": deleted, "matching": len(contains_any)},
             )
-    return {"deleted": deleted}
+    return CheckpointsDeleted(deleted=deleted)
 
 
 async def prune(
@@ -290,7 +377,7 @@ async def prune(
     user_id: str,
     thread_ids: list[str],
     keep: Literal["latest", "none"],
-) -> dict[str, Any]:
+) -> CheckpointsDeleted:
     """Delete the threads' checkpoints but the newest of each namespace (or all of them)."""
     async with pool.acquire() as conn, conn.transaction():
         deleted = await conn.fetchval(
@@ -306,12 +393,12 @@ async def prune(
                 actor="api",
                 details={"deleted": deleted, "threads": len(thread_ids), "keep": keep},
             )
-    return {"deleted": deleted}
+    return CheckpointsDeleted(deleted=deleted)
 
 
 async def copy_thread(
     pool: asyncpg.Pool, *, user_id: str, thread_id: str, to_thread_id: str
-) -> dict[str, Any]:
+) -> ThreadCopied:
     """Copy the thread's checkpoints and writes to another thread (ids already there kept)."""
     if to_thread_id == thread_id:
         raise InvalidRequest("to_thread_id: the thread itself")
@@ -327,19 +414,4 @@ async def copy_thread(
                 actor="api",
                 details={"copied": copied, "from": thread_id},
             )
-    return {"thread_id": to_thread_id, "copied": copied}
-
-
-def checkpoint_dict(r: asyncpg.Record, *, state: bool = True) -> dict[str, Any]:
-    out = {
-        "thread_id": r["thread_id"],
-        "checkpoint_ns": r["checkpoint_ns"],
-        "checkpoint_id": r["checkpoint_id"],
-        "parent_id": r["parent_id"],
-        "agent_id": r["agent_id"],
-        "step": r["step"],
-        "created_at": r["created_at"].isoformat(),
-    }
-    if state:
-        out["state"] = r["state"]
-    return out
+    return ThreadCopied(thread_id=to_thread_id, copied=copied)

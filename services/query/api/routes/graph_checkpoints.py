@@ -91,49 +91,35 @@ class CopyIn(_Body):
     to_thread_id: Id
 
 
-class SavedCheckpointOut(R.Out):
+# The use cases' results (services.query.memory.graph_checkpoints), under the API's names.
+
+
+class SavedCheckpointOut(gc.SavedCheckpoint, R.Out):
     """A saved checkpoint, without the state it was sent."""
 
-    thread_id: str
-    checkpoint_ns: str
-    checkpoint_id: str
-    parent_id: str | None
-    agent_id: str | None
-    step: int
-    created_at: str
+
+class WriteOut(gc.Write, R.Out):
+    pass
 
 
-class GraphCheckpointOut(R.CheckpointOut):
-    checkpoint_ns: str
+class QueriedCheckpointOut(gc.QueriedCheckpoint, R.CheckpointOut):
+    writes: list[WriteOut] | None = None  # type: ignore[assignment]
 
 
-class WriteOut(R.Out):
-    task_id: str
-    idx: int
-    channel: str
-    value: Any
-    task_path: str
+class QueriedOut(gc.Queried, R.Out):
+    checkpoints: list[QueriedCheckpointOut]  # type: ignore[assignment]
 
 
-class QueriedCheckpointOut(GraphCheckpointOut):
-    writes: list[WriteOut] | None = None
+class StoredOut(gc.WritesStored, R.Out):
+    pass
 
 
-class QueriedOut(R.Out):
-    checkpoints: list[QueriedCheckpointOut]
+class CountOut(gc.CheckpointsDeleted, R.Out):
+    pass
 
 
-class StoredOut(R.Out):
-    stored: int
-
-
-class CountOut(R.Out):
-    deleted: int
-
-
-class CopiedOut(R.Out):
-    thread_id: str
-    copied: int
+class CopiedOut(gc.ThreadCopied, R.Out):
+    pass
 
 
 @router.put(
@@ -147,7 +133,7 @@ async def put(
     body: GraphCheckpointIn,
     user_id: UserId,
     pool: Pool,
-) -> dict[str, Any]:
+) -> gc.SavedCheckpoint:
     return await gc.put(
         pool,
         user_id=user_id,
@@ -168,7 +154,7 @@ async def put_writes(
     body: WritesIn,
     user_id: UserId,
     pool: Pool,
-) -> dict[str, Any]:
+) -> gc.WritesStored:
     return await gc.put_writes(
         pool,
         user_id=user_id,
@@ -187,7 +173,7 @@ async def put_writes(
     summary="Copy the thread's checkpoints and pending writes to another thread",
     response_model=CopiedOut,
 )
-async def copy(thread_id: Thread, body: CopyIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def copy(thread_id: Thread, body: CopyIn, user_id: UserId, pool: Pool) -> gc.ThreadCopied:
     return await gc.copy_thread(
         pool, user_id=user_id, thread_id=thread_id, to_thread_id=body.to_thread_id
     )
@@ -198,8 +184,8 @@ async def copy(thread_id: Thread, body: CopyIn, user_id: UserId, pool: Pool) -> 
     summary="The user's checkpoints that match, newest first (with their pending writes)",
     response_model=QueriedOut,
 )
-async def query(body: CheckpointQueryIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
-    return {"checkpoints": await gc.query(pool, user_id=user_id, **body.model_dump())}
+async def query(body: CheckpointQueryIn, user_id: UserId, pool: Pool) -> gc.Queried:
+    return await gc.query(pool, user_id=user_id, **body.model_dump())
 
 
 @router.post(
@@ -207,7 +193,7 @@ async def query(body: CheckpointQueryIn, user_id: UserId, pool: Pool) -> dict[st
     summary="Delete the checkpoints whose state contains any of some JSON objects",
     response_model=CountOut,
 )
-async def delete(body: CheckpointDeleteIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def delete(body: CheckpointDeleteIn, user_id: UserId, pool: Pool) -> gc.CheckpointsDeleted:
     return await gc.delete_matching(pool, user_id=user_id, contains_any=body.contains_any)
 
 
@@ -216,7 +202,7 @@ async def delete(body: CheckpointDeleteIn, user_id: UserId, pool: Pool) -> dict[
     summary="Keep only the newest checkpoint of each namespace of the threads (or none)",
     response_model=CountOut,
 )
-async def prune(body: PruneIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def prune(body: PruneIn, user_id: UserId, pool: Pool) -> gc.CheckpointsDeleted:
     return await gc.prune(pool, user_id=user_id, thread_ids=body.thread_ids, keep=body.keep)
 
 
@@ -225,7 +211,7 @@ async def prune(body: PruneIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
 
 async def _lean_put(
     request: Request, user_id: str, params: dict[str, str], body: GraphCheckpointIn
-) -> dict[str, Any]:
+) -> gc.SavedCheckpoint:
     return await gc.put(
         pool_of(request),
         user_id=user_id,
@@ -240,8 +226,8 @@ async def _lean_put(
 
 async def _lean_query(
     request: Request, user_id: str, params: dict[str, str], body: CheckpointQueryIn
-) -> dict[str, Any]:
-    return {"checkpoints": await gc.query(pool_of(request), user_id=user_id, **body.model_dump())}
+) -> gc.Queried:
+    return await gc.query(pool_of(request), user_id=user_id, **body.model_dump())
 
 
 def lean_routes() -> list[LeanRoute]:
