@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from services.query.memory.checkpoints import MAX_STEP, Checkpoint
 from shared.db import audit
 from shared.errors import InvalidRequest
-from shared.users import ensure_user
+from shared.users import ENSURE_USER, ensure_user
 
 
 class SavedCheckpoint(BaseModel):
@@ -126,7 +126,7 @@ _COLUMNS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, agent_id, step, 
 # writes them; the memory writer does the same in one statement).
 PUT = f"""
 WITH u AS (
-    INSERT INTO users (id) VALUES ($1) ON CONFLICT (id) DO NOTHING
+    {ENSURE_USER}
 ),
 c AS (
     INSERT INTO checkpoints AS c
