@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from shared.db import Executor
 
 ENSURE_STATE = """
@@ -22,6 +24,36 @@ STATE = """
 SELECT user_id, requested_at, started_at, finished_at, stats
 FROM consolidation_state WHERE user_id = $1
 """
+
+
+class Consolidation(BaseModel):
+    """A user's consolidation state: asked for, last started, last finished, its stats."""
+
+    user_id: str
+    requested_at: str | None = Field(description="a run asked for and not yet started")
+    started_at: str | None
+    finished_at: str | None
+    stats: dict[str, Any] = Field(
+        description="the last run's: memories, clusters, created, refined, archived, "
+        "over_cap, model_fallbacks, profile, seconds"
+    )
+
+    @classmethod
+    def of(cls, user_id: str, row: dict[str, Any] | None) -> Consolidation:
+        """The state of a row of :func:`request` or :func:`state` (None: never asked)."""
+        row = row or {}
+        at = {k: row.get(k) for k in ("requested_at", "started_at", "finished_at")}
+        return cls(
+            user_id=user_id,
+            requested_at=_iso(at["requested_at"]),
+            started_at=_iso(at["started_at"]),
+            finished_at=_iso(at["finished_at"]),
+            stats=dict(row.get("stats") or {}),
+        )
+
+
+def _iso(at: Any) -> str | None:
+    return at.isoformat() if at is not None else None
 
 
 async def request(conn: Executor, user_id: str) -> dict[str, Any] | None:

@@ -19,7 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from services.query.memory import checkpoints as cs
 from services.query.memory import facts as fs
+from services.query.memory import items as ms
 from services.query.memory import jarvus_results as js
+from shared.memory import observations as obs
 
 
 class Out(BaseModel):
@@ -84,16 +86,8 @@ class AdminSearchOut(SearchOut):
     results: list[AdminSearchHit]  # type: ignore[assignment]
 
 
-class AddedOut(Out):
-    id: str
-    status: str
-    theme: str
-    embedding: str = Field(description="embedding state: pending until the embedder runs")
-    created_at: str
-    confirmed: bool = Field(
-        default=False,
-        description="it said what a live memory says: the id is that memory's, now confirmed",
-    )
+class AddedOut(ms.Added, Out):
+    pass
 
 
 class MemoryItemOut(Open):
@@ -115,15 +109,8 @@ class ArchivedOut(Out):
     status: str
 
 
-class ConsolidationOut(Out):
-    user_id: str
-    requested_at: str | None = Field(description="a run asked for and not yet started")
-    started_at: str | None
-    finished_at: str | None
-    stats: dict[str, Any] = Field(
-        description="the last run's: memories, clusters, created, refined, archived, "
-        "over_cap, model_fallbacks, profile, seconds"
-    )
+class ConsolidationOut(obs.Consolidation, Out):
+    pass
 
 
 class DeletedOut(Out):

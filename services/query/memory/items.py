@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+from pydantic import BaseModel, Field
 
 from shared.db import Executor, audit
 from shared.errors import InvalidRequest, NotFound
@@ -86,24 +87,19 @@ class NewMemory:
     expires_at: datetime | None = None
 
 
-@dataclass(frozen=True)
-class Added:
-    id: uuid.UUID
-    theme: str
-    created_at: datetime
-    embedding: str
-    confirmed: bool = False
-    """It said what a live memory says: ``id`` is that memory's (``shared.memory.dedupe``)."""
+class Added(BaseModel):
+    """What ``add`` stored: the item's id, theme and embedding state."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": str(self.id),
-            "status": "active",
-            "theme": self.theme,
-            "embedding": self.embedding,
-            "created_at": self.created_at.isoformat(),
-            "confirmed": self.confirmed,
-        }
+    id: str
+    status: str
+    theme: str
+    embedding: str = Field(description="embedding state: pending until the embedder runs")
+    created_at: str
+    """ISO 8601."""
+    confirmed: bool = Field(
+        default=False,
+        description="it said what a live memory says: the id is that memory's, now confirmed",
+    )
 
 
 @dataclass(frozen=True)
@@ -156,7 +152,14 @@ async def add_memories(
         written = await insert_items(conn, user_id, rows, actor=actor)
     publisher.publish_soon(written.events())
     return [
-        Added(w.id, row.theme, w.created_at, w.embedding_state, w.confirmed)
+        Added(
+            id=str(w.id),
+            status="active",
+            theme=row.theme,
+            embedding=w.embedding_state,
+            created_at=w.created_at.isoformat(),
+            confirmed=w.confirmed,
+        )
         for w, row in zip(written.items, rows, strict=True)
     ]
 

@@ -98,12 +98,11 @@ async def _search(ctx: ToolContext, body: SearchIn) -> dict[str, Any]:
     return (await memory_search(ctx.state, ctx.pool, body.params(), user_id=ctx.user_id)).as_dict()
 
 
-async def _add(ctx: ToolContext, add: AddIn) -> dict[str, Any]:
+async def _add(ctx: ToolContext, add: AddIn) -> ms.Added:
     item = ms.NewMemory(type=add.type, content=add.content, theme=add.theme, tags=tuple(add.tags))
-    added = await ms.add_memory(
+    return await ms.add_memory(
         ctx.pool, ctx.publisher, user_id=ctx.user_id, item=item, actor="tool"
     )
-    return added.as_dict()
 
 
 async def _get(ctx: ToolContext, one: ItemIn) -> dict[str, Any]:

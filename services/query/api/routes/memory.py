@@ -37,12 +37,11 @@ async def search(
     summary="Store a memory; its embedding is computed asynchronously",
     response_model=R.AddedOut,
 )
-async def add(body: AddIn, user_id: UserId, pool: Pool, pub: Pub) -> dict[str, Any]:
+async def add(body: AddIn, user_id: UserId, pool: Pool, pub: Pub) -> ms.Added:
     item = ms.NewMemory(
         type=body.type, content=body.content, theme=body.theme, tags=tuple(body.tags)
     )
-    added = await ms.add_memory(pool, pub, user_id=user_id, item=item)
-    return added.as_dict()
+    return await ms.add_memory(pool, pub, user_id=user_id, item=item)
 
 
 @router.get(
@@ -79,16 +78,6 @@ async def themes(user_id: UserId, pool: ReadPool) -> ms.Themes:
     return await ms.list_themes(pool, user_id=user_id)
 
 
-def _consolidation(user_id: str, row: dict[str, Any] | None) -> dict[str, Any]:
-    row = row or {}
-    at = {k: row.get(k) for k in ("requested_at", "started_at", "finished_at")}
-    return {
-        "user_id": user_id,
-        **{k: v.isoformat() if v is not None else None for k, v in at.items()},
-        "stats": dict(row.get("stats") or {}),
-    }
-
-
 @router.post(
     "/consolidate",
     status_code=202,
@@ -96,8 +85,8 @@ def _consolidation(user_id: str, row: dict[str, Any] | None) -> dict[str, Any]:
     "the profile); the extractor runs it in the background",
     response_model=R.ConsolidationOut,
 )
-async def consolidate(user_id: UserId, pool: Pool) -> dict[str, Any]:
-    return _consolidation(user_id, await consolidation.request(pool, user_id))
+async def consolidate(user_id: UserId, pool: Pool) -> consolidation.Consolidation:
+    return consolidation.Consolidation.of(user_id, await consolidation.request(pool, user_id))
 
 
 @router.get(
@@ -105,5 +94,5 @@ async def consolidate(user_id: UserId, pool: Pool) -> dict[str, Any]:
     summary="How the user's last consolidation run went, and whether one is asked for",
     response_model=R.ConsolidationOut,
 )
-async def consolidation_state(user_id: UserId, pool: Pool) -> dict[str, Any]:
-    return _consolidation(user_id, await consolidation.state(pool, user_id))
+async def consolidation_state(user_id: UserId, pool: Pool) -> consolidation.Consolidation:
+    return consolidation.Consolidation.of(user_id, await consolidation.state(pool, user_id))
