@@ -21,6 +21,7 @@ from services.query.memory import checkpoints as cs
 from services.query.memory import facts as fs
 from services.query.memory import items as ms
 from services.query.memory import jarvus_results as js
+from services.query.people import results as pr
 from shared.memory import observations as obs
 
 
@@ -282,38 +283,23 @@ class EpisodeOut(EpisodeRowOut):
 # --- Ash: remember, recall, people ------------------------------------------------
 
 
-class PersonOut(Open):
-    id: str
-    name: str | None
-    relation: str | None
-    aliases: list[str] = []
-    created_at: str | None = None
-    updated_at: str | None = None
+# The use cases' results (services.query.people.results), under the API's names.
 
 
-class SubjectOut(Open):
-    id: str
-    name: str | None
-    relation: str | None
+class PersonOut(pr.KnownPerson, Open):
+    pass
 
 
-class RememberedItemOut(Open):
-    id: str
-    content: str
-    scope: str
-    subjects: list[SubjectOut]
-    expires_at: str | None
-    embedding_state: str
-    superseded: list[str]
-    confirmed: bool = Field(
-        default=False,
-        description="it said what a live memory says: the id is that memory's, now confirmed",
-    )
+class SubjectOut(pr.Subject, Open):
+    pass
 
 
-class RememberedOut(Out):
-    memories: list[RememberedItemOut]
-    warning: str | None
+class RememberedItemOut(pr.RememberedMemory, Open):
+    subjects: list[SubjectOut]  # type: ignore[assignment]
+
+
+class RememberedOut(pr.RememberedMemories, Out):
+    memories: list[RememberedItemOut]  # type: ignore[assignment]
 
 
 class RecalledOut(Open):
@@ -333,14 +319,12 @@ class RecallOut(Open):
     warning: str | None = None
 
 
-class PeopleOut(Out):
-    people: list[PersonOut]
+class PeopleOut(pr.People, Out):
+    people: list[PersonOut]  # type: ignore[assignment]
 
 
-class ResolvedPersonOut(Out):
+class ResolvedPersonOut(pr.ResolvedPerson, Out):
     person: PersonOut
-    created: bool
-    changed: list[str]
 
 
 # --- tools ------------------------------------------------------------------------

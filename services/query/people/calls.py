@@ -11,37 +11,39 @@ import asyncpg
 from services.query.people.models import RecallIn, RememberIn
 from services.query.people.recall import recall
 from services.query.people.remember import Remembered, remember
+from services.query.people.results import RememberedMemories, RememberedMemory, Subject
 from shared.memory.membership import require_member
 from shared.memory.vectors import ModelEmbedder
 from shared.memory.writer import publish_written
 from shared.streams import Publisher
 
 
-def remembered_json(result: Remembered) -> dict[str, Any]:
-    return {
-        "memories": [
-            {
-                "id": str(m.id),
-                "content": m.content,
-                "scope": m.scope,
-                "subjects": [
-                    {
-                        "id": str(r.person.id),
-                        "name": r.person.name,
-                        "relation": r.person.relation,
-                        "created": r.created,
-                    }
+def remembered(result: Remembered) -> RememberedMemories:
+    """The answer of ``remember``: each memory with the people it is about."""
+    return RememberedMemories(
+        memories=[
+            RememberedMemory(
+                id=str(m.id),
+                content=m.content,
+                scope=m.scope,
+                subjects=[
+                    Subject(
+                        id=str(r.person.id),
+                        name=r.person.name,
+                        relation=r.person.relation,
+                        created=r.created,
+                    )
                     for r in m.subjects
                 ],
-                "expires_at": m.expires_at.isoformat() if m.expires_at else None,
-                "embedding_state": m.embedding_state,
-                "superseded": [str(s) for s in m.superseded],
-                "confirmed": m.confirmed,
-            }
+                expires_at=m.expires_at.isoformat() if m.expires_at else None,
+                embedding_state=m.embedding_state,
+                superseded=[str(s) for s in m.superseded],
+                confirmed=m.confirmed,
+            )
             for m in result.memories
         ],
-        "warning": result.warning,
-    }
+        warning=result.warning,
+    )
 
 
 async def do_remember(
@@ -53,7 +55,7 @@ async def do_remember(
     embedder: ModelEmbedder | None,
     embedding_dim: int,
     actor: str,
-) -> dict[str, Any]:
+) -> RememberedMemories:
     """Store, then publish what the writer returns: MemoryChanged for each new and
     superseded memory, and EmbedRequested for those left pending (their
     supersession check follows). Shared facts go only into a chat the user is a
@@ -74,7 +76,7 @@ async def do_remember(
     )
     if result.written is not None:
         await publish_written(pub, result.written)
-    return remembered_json(result)
+    return remembered(result)
 
 
 async def do_recall(

@@ -14,6 +14,7 @@ from typing import Any
 
 from services.query.people.calls import do_recall, do_remember
 from services.query.people.models import RecallIn, RememberIn
+from services.query.people.results import RememberedMemories
 from services.query.tools.registry import Tool, ToolContext
 from services.query.tools.specs import ToolSpec
 
@@ -39,7 +40,7 @@ def _chat(ctx: ToolContext) -> dict[str, Any]:
     return {"chat": {"provider": chat.provider, "chat_id": chat.chat_id} if chat else None}
 
 
-async def _remember(ctx: ToolContext, body: RememberIn) -> dict[str, Any]:
+async def _remember(ctx: ToolContext, body: RememberIn) -> RememberedMemories:
     return await do_remember(
         ctx.pool,
         ctx.publisher,

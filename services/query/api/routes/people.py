@@ -12,6 +12,7 @@ from services.query.api.auth import UserId
 from services.query.api.deps import Pool, Pub, ReadPool, Settings
 from services.query.api.edges import NAMED_IN_BODY
 from services.query.api.embedder import QueryEmbedder
+from services.query.people import results as pr
 from services.query.people.calls import do_recall, do_remember
 from services.query.people.models import RecallIn, RememberIn
 from shared.memory.people import list_people, resolve_person
@@ -43,7 +44,7 @@ async def remember(
     pool: Pool,
     pub: Pub,
     embedder: QueryEmbedder,
-) -> dict[str, Any]:
+) -> pr.RememberedMemories:
     return await do_remember(
         pool,
         pub,
@@ -75,8 +76,8 @@ async def recall(
     summary="The people this user has told the assistant about",
     response_model=R.PeopleOut,
 )
-async def people(user_id: UserId, pool: ReadPool) -> dict[str, Any]:
-    return {"people": [p.public() for p in await list_people(pool, user_id)]}
+async def people(user_id: UserId, pool: ReadPool) -> pr.People:
+    return pr.People(people=[pr.KnownPerson.of(p) for p in await list_people(pool, user_id)])
 
 
 @router.post(
@@ -84,9 +85,9 @@ async def people(user_id: UserId, pool: ReadPool) -> dict[str, Any]:
     summary="Resolve a reference to a person, creating a first mention",
     response_model=R.ResolvedPersonOut,
 )
-async def resolve(body: PersonIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def resolve(body: PersonIn, user_id: UserId, pool: Pool) -> pr.ResolvedPerson:
     async with pool.acquire() as conn:
         res = await resolve_person(
             conn, user_id, body.reference, content_hint=body.content_hint, actor=f"api:{user_id}"
         )
-    return {"person": res.person.public(), "created": res.created, "changed": res.changes}
+    return pr.ResolvedPerson.of(res)
