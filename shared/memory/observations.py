@@ -42,12 +42,11 @@ class Consolidation(BaseModel):
     def of(cls, user_id: str, row: dict[str, Any] | None) -> Consolidation:
         """The state of a row of :func:`request` or :func:`state` (None: never asked)."""
         row = row or {}
-        at = {k: row.get(k) for k in ("requested_at", "started_at", "finished_at")}
         return cls(
             user_id=user_id,
-            requested_at=_iso(at["requested_at"]),
-            started_at=_iso(at["started_at"]),
-            finished_at=_iso(at["finished_at"]),
+            requested_at=_iso(row.get("requested_at")),
+            started_at=_iso(row.get("started_at")),
+            finished_at=_iso(row.get("finished_at")),
             stats=dict(row.get("stats") or {}),
         )
 
