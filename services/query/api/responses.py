@@ -22,6 +22,7 @@ from services.query.memory import facts as fs
 from services.query.memory import items as ms
 from services.query.memory import jarvus_results as js
 from services.query.people import results as pr
+from services.query.ranking import turns as ts
 from shared.memory import observations as obs
 
 
@@ -133,21 +134,15 @@ class ThemesOut(Out):
 # --- messages ---------------------------------------------------------------------
 
 
-class MessageHitOut(Open):
-    id: int
-    episode_id: str | None = None
-    chat_id: str | None = None
-    role: str
-    display_name: str | None = None
-    occurred_at: str
-    content_snippet: str
-    score: float
-    signals: dict[str, Any]
+# The use case's results (services.query.ranking.turns), under the API's names.
 
 
-class MessageSearchOut(Open):
-    mode: str
-    results: list[MessageHitOut]
+class MessageHitOut(ts.FoundTurn, Open):
+    pass
+
+
+class MessageSearchOut(ts.FoundTurns, Open):
+    results: list[MessageHitOut]  # type: ignore[assignment]
 
 
 # --- Navi facts -------------------------------------------------------------------

@@ -29,9 +29,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import asyncpg
+from pydantic import BaseModel
+from pydantic.json_schema import SkipJsonSchema
 
 from services.query.embeddings.query import lists_newest
 from services.query.ranking.fusion import (
@@ -502,7 +504,8 @@ class MessageHit:
     found: bool = True
     answers: bool = False  # the turn right after a found question
 
-    def as_result(self) -> dict[str, Any]:
+    def _result(self) -> dict[str, Any]:
+        """The values of this hit's :class:`FoundTurn`."""
         return {
             "id": self.id,
             "external_message_id": self.external_message_id,
@@ -528,8 +531,41 @@ class MessageResult:
     mode: Mode | Literal["newest"]
     hits: list[MessageHit] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "results": [h.as_result() for h in self.hits]}
+
+class FoundTurn(BaseModel):
+    """One turn a message search found, and how (``signals``)."""
+
+    id: int
+    episode_id: str | None = None
+    chat_id: str | None = None
+    role: str
+    display_name: str | None = None
+    occurred_at: str
+    """ISO 8601."""
+    content_snippet: str
+    """The turn's content, cut at ``SNIPPET_CHARS``."""
+    score: float
+    signals: dict[str, Any]
+    """fts and semantic (whether that signal found it), fts_rank and semantic_rank
+    (its place in each signal's list, or None), similarity (the cosine, or None)."""
+    # after the listed fields, and out of the schema (the API's hit is open)
+    external_message_id: SkipJsonSchema[str | None] = None
+
+
+class FoundTurns(BaseModel):
+    """The answer of a message search: its mode and the turns, best first."""
+
+    mode: str
+    results: list[FoundTurn]
+
+    @classmethod
+    def of(cls, result: MessageResult) -> Self:
+        """The answer of ``result``, checked once as it is built. Called on a subclass
+        (the API's response model) it builds that, which the API then passes as it is:
+        no second check per hit (a search's answer costs what its dict did)."""
+        return cls.model_validate(
+            {"mode": result.mode, "results": [h._result() for h in result.hits]}
+        )
 
 
 def snippet(content: str, limit: int = SNIPPET_CHARS) -> str:

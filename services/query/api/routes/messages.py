@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,11 +56,11 @@ class MessageSearchIn(BaseModel):
 )
 async def search(
     body: MessageSearchIn, user_id: UserId, pool: ReadPool, state: State
-) -> dict[str, Any]:
+) -> R.MessageSearchOut:
     q = body.query_()
     vector = None
     if ms.FUSIONS[q.mode].w_sem > 0 and not lists_newest(q.query):
         vector = await state.query_vector(pool, user_id=user_id, text=q.query)
     result = await ms.search_messages(pool, q, user_id=user_id, vector=vector)
     state.message_searches.labels(result.mode).inc()
-    return result.as_dict()
+    return R.MessageSearchOut.of(result)  # the response model itself: checked once
