@@ -35,7 +35,7 @@ async def test_a_small_budget_holds_more_long_hits_each_cut_shorter(pool, user_i
             pool, user_id, ContextQuery(message="how is the project going", token_budget=budget), qv
         )
         assert out.tokens <= budget
-        lines = [ln for ln in out.text.splitlines() if ln.startswith("- [Past message")]
+        lines = [ln for ln in out.text.splitlines() if ln.startswith("- [20")]
         # every line is cut at the budget's length (its date, role and speaker aside)
         assert all(len(ln.split("] Ann: ", 1)[1]) <= line_chars(budget) for ln in lines)
         assert all(f"About the {t} work" in out.text for t in TOPICS[: len(lines)])
@@ -59,7 +59,7 @@ async def test_a_question_that_gathers_gets_shorter_lines_and_more_of_its_turns(
             pool, user_id, ContextQuery(message=message, token_budget=1000), qv
         )
         assert out.tokens <= 1000
-        lines = [ln for ln in out.text.splitlines() if ln.startswith("- [Past message")]
+        lines = [ln for ln in out.text.splitlines() if ln.startswith("- [20")]
         gathers = message.startswith("summarize")
         assert all(len(ln.split("] Ann: ", 1)[1]) <= line_chars(1000, gathers) for ln in lines)
         shown[gathers] = {t for t in topics if f"About the {t} work" in out.text}

@@ -4,7 +4,7 @@
   Ash's 0.3 similarity floor on its semantic side (``CONTEXT_TURNS``): one hit
   per 60 tokens of budget (10 to 30) found by a signal (or the answer right
   after a found question), the message itself left out; each line names its
-  date and speaker, and a hit that is a question or a short turn brings the
+  date, role and speaker, and a hit that is a question or a short turn brings the
   turns around it;
 - the top 10 visible memories (Ash's recall ranking, ``ASH_RECALL``), those
   relevant to the message (cosine >= 0.3 or a shared word) first, each
@@ -173,12 +173,15 @@ def in_time_order(
 
 
 def message_line(turn: Turn, note: str = "", limit: int = LINE_CHARS) -> str:
-    """``- [Past message, user, 2023-05-08] Caroline: ...``; a turn next to a hit is
-    indented under it; ``note`` says when a later turn replaced what it says."""
+    """``- [2023-05-08, user] Caroline: ...`` (its date, its role: what the user said
+    or an assistant's answer; the block's heading says these are past messages, and
+    the shorter head left more of a small budget to the turns, docs/context.md); a
+    turn next to a hit is indented under it; ``note`` says when a later turn replaced
+    what it says."""
     when = turn.occurred_at.date().isoformat()
     who = f"{turn.display_name}: " if turn.display_name else ""
     indent = "  " if turn.neighbour_of is not None else ""
-    text = f"{indent}- [Past message, {turn.role}, {when}] {who}{_one_line(turn.content, limit)}"
+    text = f"{indent}- [{when}, {turn.role}] {who}{_one_line(turn.content, limit)}"
     return f"{text} {note}" if note else text
 
 
