@@ -17,7 +17,7 @@ import hashlib
 from typing import Any
 
 import asyncpg
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from shared.db import audit
 from shared.errors import InvalidRequest
@@ -42,7 +42,41 @@ ORDER BY occurred_at DESC, id DESC LIMIT $4
 DELETE = "DELETE FROM messages WHERE user_id = $1 AND provider = $2 AND chat_id = $3"
 
 
-async def publish(publisher: Publisher, *, user_id: str, turn: dict[str, Any]) -> dict[str, Any]:
+class Published(BaseModel):
+    """A turn on the ``turns`` stream: its event id, its stream entry, the user's provider."""
+
+    event_id: str
+    stream_id: str
+    provider: str = Field(description="the provider of the user's HTTP chats")
+
+
+class Turn(BaseModel):
+    """One stored turn of a chat."""
+
+    id: int
+    role: str
+    content: str
+    display_name: str | None
+    external_message_id: str | None
+    metadata: dict[str, Any]
+    occurred_at: str
+    """ISO 8601."""
+    episode_id: str
+
+
+class Turns(BaseModel):
+    """A chat's stored turns, oldest first."""
+
+    turns: list[Turn]
+
+
+class TurnsDeleted(BaseModel):
+    """How many of a chat's stored turns were deleted."""
+
+    deleted: int
+
+
+async def publish(publisher: Publisher, *, user_id: str, turn: dict[str, Any]) -> Published:
     """Publish the turn to ``turns`` for ``user_id``; its event id is what ingest dedupes on."""
     provider = provider_for(user_id)
     try:
@@ -52,30 +86,30 @@ async def publish(publisher: Publisher, *, user_id: str, turn: dict[str, Any]) -
         field = ".".join(str(p) for p in first["loc"]) or "turn"
         raise InvalidRequest(f"{field}: {first['msg']}") from None
     [entry] = await publisher.publish(TURNS, [event])
-    return {"event_id": str(event.event_id), "stream_id": entry, "provider": provider}
+    return Published(event_id=str(event.event_id), stream_id=entry, provider=provider)
 
 
-async def last_turns(
-    pool: asyncpg.Pool, *, user_id: str, chat_id: str, limit: int
-) -> list[dict[str, Any]]:
+async def last_turns(pool: asyncpg.Pool, *, user_id: str, chat_id: str, limit: int) -> Turns:
     """The chat's last ``limit`` stored turns, oldest first."""
     rows = await pool.fetch(LAST, user_id, provider_for(user_id), chat_id, limit)
-    return [
-        {
-            "id": r["id"],
-            "role": r["role"],
-            "content": r["content"],
-            "display_name": r["display_name"],
-            "external_message_id": r["external_id"],
-            "metadata": r["metadata"],
-            "occurred_at": r["occurred_at"].isoformat(),
-            "episode_id": str(r["episode_id"]),
-        }
-        for r in reversed(rows)
-    ]
+    return Turns(
+        turns=[
+            Turn(
+                id=r["id"],
+                role=r["role"],
+                content=r["content"],
+                display_name=r["display_name"],
+                external_message_id=r["external_id"],
+                metadata=r["metadata"],
+                occurred_at=r["occurred_at"].isoformat(),
+                episode_id=str(r["episode_id"]),
+            )
+            for r in reversed(rows)
+        ]
+    )
 
 
-async def delete_turns(pool: asyncpg.Pool, *, user_id: str, chat_id: str) -> dict[str, Any]:
+async def delete_turns(pool: asyncpg.Pool, *, user_id: str, chat_id: str) -> TurnsDeleted:
     provider = provider_for(user_id)
     async with pool.acquire() as conn, conn.transaction():
         deleted = int((await conn.execute(DELETE, user_id, provider, chat_id)).split()[-1])
@@ -89,4 +123,4 @@ async def delete_turns(pool: asyncpg.Pool, *, user_id: str, chat_id: str) -> dic
                 actor="api",
                 details={"deleted": deleted},
             )
-    return {"deleted": deleted}
+    return TurnsDeleted(deleted=deleted)

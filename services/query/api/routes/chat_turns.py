@@ -42,29 +42,20 @@ class LastTurnsIn(ChatIn):
     limit: Annotated[int, Field(ge=1, le=500)] = 100
 
 
-class PublishedOut(R.Out):
-    event_id: str
-    stream_id: str
-    provider: str = Field(description="the provider of the user's HTTP chats")
+class PublishedOut(ct.Published, R.Out):
+    pass
 
 
-class TurnOut(R.Out):
-    id: int
-    role: str
-    content: str
-    display_name: str | None
-    external_message_id: str | None
-    metadata: dict[str, Any]
-    occurred_at: str
-    episode_id: str
+class TurnOut(ct.Turn, R.Out):
+    pass
 
 
-class TurnsOut(R.Out):
-    turns: list[TurnOut]
+class TurnsOut(ct.Turns, R.Out):
+    turns: list[TurnOut]  # type: ignore[assignment]
 
 
-class TurnsDeletedOut(R.Out):
-    deleted: int
+class TurnsDeletedOut(ct.TurnsDeleted, R.Out):
+    pass
 
 
 @router.post(
@@ -72,17 +63,15 @@ class TurnsDeletedOut(R.Out):
     summary="Publish a conversation turn to the pipeline (stored once ingest has it)",
     response_model=PublishedOut,
 )
-async def publish(body: TurnIn, user_id: UserId, pub: Pub) -> dict[str, Any]:
+async def publish(body: TurnIn, user_id: UserId, pub: Pub) -> ct.Published:
     return await ct.publish(pub, user_id=user_id, turn=body.model_dump(exclude_none=True))
 
 
 @router.post("/list", summary="A chat's last stored turns, oldest first", response_model=TurnsOut)
-async def list_(body: LastTurnsIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
-    return {
-        "turns": await ct.last_turns(pool, user_id=user_id, chat_id=body.chat_id, limit=body.limit)
-    }
+async def list_(body: LastTurnsIn, user_id: UserId, pool: Pool) -> ct.Turns:
+    return await ct.last_turns(pool, user_id=user_id, chat_id=body.chat_id, limit=body.limit)
 
 
 @router.post("/delete", summary="Delete a chat's stored turns", response_model=TurnsDeletedOut)
-async def delete(body: ChatIn, user_id: UserId, pool: Pool) -> dict[str, Any]:
+async def delete(body: ChatIn, user_id: UserId, pool: Pool) -> ct.TurnsDeleted:
     return await ct.delete_turns(pool, user_id=user_id, chat_id=body.chat_id)
