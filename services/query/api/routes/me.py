@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
 from services.query.api import responses as R
@@ -17,5 +15,5 @@ router = APIRouter(prefix="/v1", tags=["account"])
     summary="The caller's key: its user and whether it is an admin key",
     response_model=R.MeOut,
 )
-async def me(who: Caller) -> dict[str, Any]:
-    return {"user_id": who.user_id, "admin": who.is_admin, "key_prefix": who.key.prefix}
+async def me(who: Caller) -> R.MeOut:
+    return R.MeOut(user_id=who.user_id, admin=who.is_admin, key_prefix=who.key.prefix)
