@@ -118,7 +118,7 @@ async def import_(
     mem0_user: str | None = Query(
         None, max_length=200, description="with source=mem0: whose memories, if it holds several"
     ),
-) -> dict[str, Any]:
+) -> ImportOut:
     body = await request.body()
     if not body:
         raise InvalidRequest("the request body is empty: send the archive")
@@ -142,14 +142,17 @@ async def import_(
             actor="user",
         )
     status = await reembed_rows(pool, user_id, settings, result.to_embed, publisher=publisher)
-    return {
-        "user_id": result.user_id,
-        "archive_user_id": result.source_user_id,
-        "inserted": result.inserted,
-        "tables": {k: vars(v) for k, v in result.tables.items()},
-        "dropped_columns": result.dropped_columns,
-        "embedding": status,
-    }
+    return ImportOut(
+        user_id=result.user_id,
+        archive_user_id=result.source_user_id,
+        inserted=result.inserted,
+        tables={
+            k: TableImported(rows=t.rows, inserted=t.inserted, skipped=t.skipped)
+            for k, t in result.tables.items()
+        },
+        dropped_columns=result.dropped_columns,
+        embedding=status,
+    )
 
 
 def _only_user(data: Any) -> str | None:
