@@ -85,8 +85,9 @@ async def tools(
     request: Request,
     _who: Caller,  # a key is needed (any user's or an admin's)
     format: Annotated[Literal["all", "openai", "anthropic"], Query()] = "all",
-) -> dict[str, Any]:
-    return toolbox(request).schemas(format)
+) -> R.ToolSchemasOut:
+    # only the formats asked for are set: response_model_exclude_unset leaves the others out
+    return R.ToolSchemasOut(**toolbox(request).schemas(format))
 
 
 @router.post(
@@ -95,23 +96,22 @@ async def tools(
     response_model=R.ToolCallOut,
     response_model_exclude_unset=True,
 )
-async def call(body: ToolCallIn, request: Request, user_id: UserId) -> dict[str, Any]:
+async def call(body: ToolCallIn, request: Request, user_id: UserId) -> R.ToolCallOut:
     name, arguments = body.resolved()
     ctx = await tool_context(request, user_id)
+    # an error sets no result, a result no error: response_model_exclude_unset leaves
+    # the one not set out (the response model's own instance reaches the serialiser as
+    # it is, its fields set as here)
     try:
         result = await toolbox(request).call(ctx, name, arguments)
     except ToolError as exc:
-        return {
-            "id": body.id,
-            "name": name,
-            "is_error": True,
-            "error": str(exc),
-            "content": f"error: {exc}",
-        }
-    return {
-        "id": body.id,
-        "name": name,
-        "is_error": False,
-        "result": result,
-        "content": json.dumps(result, default=str),
-    }
+        return R.ToolCallOut(
+            id=body.id, name=name, is_error=True, error=str(exc), content=f"error: {exc}"
+        )
+    return R.ToolCallOut(
+        id=body.id,
+        name=name,
+        is_error=False,
+        result=result,
+        content=json.dumps(result, default=str),
+    )
