@@ -14,7 +14,8 @@ is listed once ingest has stored it, not at once.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Self, TypeVar
 
 import asyncpg
 from pydantic import BaseModel, Field, ValidationError
@@ -69,6 +70,33 @@ class Turns(BaseModel):
 
     turns: list[Turn]
 
+    @classmethod
+    def of(cls, rows: Sequence[asyncpg.Record]) -> Self:
+        """The turns of ``rows`` (newest first, as :data:`LAST` reads them), oldest
+        first, checked once as they are built. Called on a subclass (the API's response
+        model) it builds that, which the API then passes as it is: no second check per
+        turn (a list costs what its dict did)."""
+        return cls.model_validate(
+            {
+                "turns": [
+                    {
+                        "id": r["id"],
+                        "role": r["role"],
+                        "content": r["content"],
+                        "display_name": r["display_name"],
+                        "external_message_id": r["external_id"],
+                        "metadata": r["metadata"],
+                        "occurred_at": r["occurred_at"].isoformat(),
+                        "episode_id": str(r["episode_id"]),
+                    }
+                    for r in reversed(rows)
+                ]
+            }
+        )
+
+
+TurnsT = TypeVar("TurnsT", bound=Turns)
+
 
 class TurnsDeleted(BaseModel):
     """How many of a chat's stored turns were deleted."""
@@ -89,24 +117,13 @@ async def publish(publisher: Publisher, *, user_id: str, turn: dict[str, Any]) -
     return Published(event_id=str(event.event_id), stream_id=entry, provider=provider)
 
 
-async def last_turns(pool: asyncpg.Pool, *, user_id: str, chat_id: str, limit: int) -> Turns:
-    """The chat's last ``limit`` stored turns, oldest first."""
+async def last_turns(
+    pool: asyncpg.Pool, *, user_id: str, chat_id: str, limit: int, answer: type[TurnsT]
+) -> TurnsT:
+    """The chat's last ``limit`` stored turns, oldest first, as ``answer`` (:class:`Turns`
+    or the API's response model, built once)."""
     rows = await pool.fetch(LAST, user_id, provider_for(user_id), chat_id, limit)
-    return Turns(
-        turns=[
-            Turn(
-                id=r["id"],
-                role=r["role"],
-                content=r["content"],
-                display_name=r["display_name"],
-                external_message_id=r["external_id"],
-                metadata=r["metadata"],
-                occurred_at=r["occurred_at"].isoformat(),
-                episode_id=str(r["episode_id"]),
-            )
-            for r in reversed(rows)
-        ]
-    )
+    return answer.of(rows)
 
 
 async def delete_turns(pool: asyncpg.Pool, *, user_id: str, chat_id: str) -> TurnsDeleted:

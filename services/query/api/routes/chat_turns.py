@@ -68,8 +68,10 @@ async def publish(body: TurnIn, user_id: UserId, pub: Pub) -> ct.Published:
 
 
 @router.post("/list", summary="A chat's last stored turns, oldest first", response_model=TurnsOut)
-async def list_(body: LastTurnsIn, user_id: UserId, pool: Pool) -> ct.Turns:
-    return await ct.last_turns(pool, user_id=user_id, chat_id=body.chat_id, limit=body.limit)
+async def list_(body: LastTurnsIn, user_id: UserId, pool: Pool) -> TurnsOut:
+    return await ct.last_turns(  # the response model itself: checked once
+        pool, user_id=user_id, chat_id=body.chat_id, limit=body.limit, answer=TurnsOut
+    )
 
 
 @router.post("/delete", summary="Delete a chat's stored turns", response_model=TurnsDeletedOut)
