@@ -10,6 +10,7 @@ from services.query.context.auto import (
     MIN_LINE_CHARS,
     assemble_auto,
     line_chars,
+    turn_hits,
 )
 from services.query.context.command import ContextQuery
 from services.query.embeddings.query import QueryVector
@@ -40,8 +41,9 @@ async def test_a_small_budget_holds_more_long_hits_each_cut_shorter(pool, user_i
         assert all(len(ln.split("] Ann: ", 1)[1]) <= line_chars(budget) for ln in lines)
         assert all(f"About the {t} work" in out.text for t in TOPICS[: len(lines)])
         shown[budget] = len(lines)
-    assert line_chars(500) == MIN_LINE_CHARS and line_chars(2000) == LINE_CHARS
-    # 600-character lines fitted 5 of these in 1,000 tokens; 300-character ones fit all
+    assert line_chars(500) == line_chars(1000) == MIN_LINE_CHARS
+    assert line_chars(2000) == 300 and line_chars(4000) == LINE_CHARS
+    # 600-character lines fitted 5 of these in 1,000 tokens; 200-character ones fit all
     assert shown[1000] == len(TOPICS)
     assert shown[500] >= 5
 
@@ -56,14 +58,14 @@ async def test_a_question_that_gathers_gets_shorter_lines_and_more_of_its_turns(
     shown = {}
     for message in ("how is the project going", "summarize how the project progressed"):
         out = await assemble_auto(
-            pool, user_id, ContextQuery(message=message, token_budget=1000), qv
+            pool, user_id, ContextQuery(message=message, token_budget=500), qv
         )
-        assert out.tokens <= 1000
+        assert out.tokens <= 500
         lines = [ln for ln in out.text.splitlines() if ln.startswith("- [20")]
         gathers = message.startswith("summarize")
-        assert all(len(ln.split("] Ann: ", 1)[1]) <= line_chars(1000, gathers) for ln in lines)
+        assert all(len(ln.split("] Ann: ", 1)[1]) <= line_chars(500, gathers) for ln in lines)
         shown[gathers] = {t for t in topics if f"About the {t} work" in out.text}
-    assert line_chars(1000, True) == 100 < line_chars(1000) == 300
-    assert line_chars(500, True) == GATHER_MIN_LINE_CHARS
-    # 300-character lines fit 11 of these in 1,000 tokens; 100-character ones all 15
-    assert shown[False] < shown[True] == set(topics)
+    assert line_chars(1000, True) == 100 < line_chars(1000) == 200
+    assert line_chars(500, True) == GATHER_MIN_LINE_CHARS < line_chars(500)
+    # 200-character lines fit 8 of these in 500 tokens; 100-character ones every hit read
+    assert shown[False] < shown[True] and len(shown[True]) == turn_hits(500) == 10

@@ -58,9 +58,9 @@ CONTEXT_TYPES = [t for t in MEMORY_TYPES if t != "observation"]
 MIN_MESSAGE_SIMILARITY = CONTEXT_TURNS.min_similarity
 LINE_CHARS = 600
 # a past turn's line is cut at this share of the budget in characters (between
-# MIN_LINE_CHARS and LINE_CHARS): at 1,000 tokens 300 characters, so a small budget
-# holds more of the hits than the first few long turns (docs/context.md)
-LINE_SHARE, MIN_LINE_CHARS = 0.3, 200
+# MIN_LINE_CHARS and LINE_CHARS): 200 characters up to 1,333 tokens, 300 at 2,000, so
+# a small budget holds more of the hits than the first few long turns (docs/context.md)
+LINE_SHARE, MIN_LINE_CHARS = 0.15, 200
 # ... and for a question that gathers over the history (``shared.dates.asks_across``:
 # an order, a count, a summary), breadth before depth: 0.1 a token, at least 100 (100
 # at 1,000 tokens, 200 at 2,000): each line says what a turn was about, and more of
