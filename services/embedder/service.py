@@ -19,7 +19,7 @@ from services.embedder.metrics import EmbedderMetrics
 from services.embedder.settings import EmbedderSettings
 from shared.embeddings import rebuild, store
 from shared.embeddings.guard import Guards
-from shared.embeddings.pipeline import Item, Options, Outcome, embed_items
+from shared.embeddings.pipeline import Item, Options, Outcome, embed_items, for_another_model
 from shared.embeddings.providers import ProviderConfig, ProviderRegistry
 from shared.embeddings.user_settings import resolve_configs
 from shared.embeddings.vector_index import Indexer
@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 Wanted = dict[str, dict[EmbedKind, set[Any]]]
 
 NO_PROVIDER = "no embedding provider (full-text only): waits for one to be configured"
+OTHER_MODEL = "marked by a rebuild for another model than the one configured: waits for a rebuild"
 
 COUNT_STATE = {
     (t.name, state): f"SELECT count(*) FROM {t.name} WHERE embedding_state = '{state}'"
@@ -163,6 +164,19 @@ async def embed_wanted(
             passage_chars=settings.embed_passage_chars,
         )
         items.extend(Item(user_id, row) for user_id, row in rows)
+    if swept:
+        # Rows a rebuild marked for another model are not written (that would mix
+        # models) and would stay the sweep's oldest orphans, read first by every sweep:
+        # parked like rows with no provider, so they cannot crowd out newer lost
+        # requests; a rebuild resets them.
+        other: dict[tuple[str, EmbedKind], list[Any]] = defaultdict(list)
+        for it in items:
+            if for_another_model(it.row, configs[it.user_id]):
+                other[(it.user_id, it.row.kind)].append(it.row.id)
+        for (user_id, kind), marked in other.items():
+            await store.park(pool, user_id, kind, marked, reason=OTHER_MODEL)
+        if other:
+            items = [it for it in items if not for_another_model(it.row, configs[it.user_id])]
 
     async def announce(outcome: Outcome) -> None:
         if outcome.memories_ready:

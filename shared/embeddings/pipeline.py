@@ -105,6 +105,15 @@ class Observer:
     def rows(self, provider: str, outcome: str, n: int) -> None: ...
 
 
+def for_another_model(row: Row, config: ProviderConfig) -> bool:
+    """Whether a rebuild marked ``row`` for another model than the one now in effect:
+    writing it now would mix models; the next rebuild re-marks it."""
+    return row.pending_provider is not None and (row.pending_provider, row.pending_model) != (
+        config.provider,
+        config.model,
+    )
+
+
 async def embed_items(
     pool: asyncpg.Pool,
     items: Sequence[Item],
@@ -125,13 +134,7 @@ async def embed_items(
     total = Outcome()
     for item in items:
         config = configs[item.user_id]
-        row = item.row
-        if row.pending_provider is not None and (row.pending_provider, row.pending_model) != (
-            config.provider,
-            config.model,
-        ):
-            # A rebuild marked it for another model than the one now in effect; the
-            # next rebuild re-marks it. Writing now would mix models.
+        if for_another_model(item.row, config):
             total.skipped += 1
             continue
         groups[config.key].append(item)

@@ -478,3 +478,49 @@ async def test_after_redis_comes_back_the_sweep_takes_lost_requests_at_once(
         row["created_at"],
     )
     assert row["embedding_state"] == "ready", (dict(row), f"{waiting} older orphans")
+
+
+async def test_rows_marked_for_another_model_do_not_crowd_the_sweep_out(
+    pool: asyncpg.Pool,
+    redis: aioredis.Redis,
+    esettings: EmbedderSettings,
+    server: ScriptedServer,
+    registry: ProviderRegistry,
+    user_id: str,
+) -> None:
+    """Rows a rebuild marked for another model than the one now configured are not
+    written; they are the sweep's oldest orphans, so the sweep parks them (a rebuild
+    resets them) instead of reading them first every time: a newer lost request
+    behind them is still embedded, with the sweep reading two rows at a time."""
+    await configure(pool, user_id, esettings, server, "openai")
+    marked = await add_messages(pool, user_id, ["marked one", "marked two", "marked three"])
+    await pool.execute(
+        "UPDATE messages SET embedding_provider = 'ollama', embedding_model = 'old-model',"
+        " created_at = now() - interval '60 seconds' WHERE id = ANY($1::bigint[])",
+        marked,
+    )
+    lost = await add_messages(pool, user_id, ["a request lost behind them"])
+    await pool.execute(
+        "UPDATE messages SET created_at = now() - interval '30 seconds' WHERE id = $1", lost[0]
+    )
+    publisher = Publisher(redis, esettings)
+    for _ in range(4):
+        await service.retry_due(
+            pool,
+            publisher,
+            settings=esettings,
+            registry=registry,
+            limit=2,
+            orphans=True,
+            orphan_age_s=5.0,
+        )
+        await default_guards().settle()  # calls out of line ended
+    assert [r["embedding_state"] for r in await states(pool, lost)] == ["ready"]
+    rows = await pool.fetch(
+        "SELECT embedding_state, embedding_attempts, embedding_error FROM messages"
+        " WHERE id = ANY($1::bigint[])",
+        marked,
+    )
+    assert [r["embedding_state"] for r in rows] == ["pending"] * 3  # not written
+    assert all(r["embedding_attempts"] == 1 for r in rows)  # parked: out of the sweep
+    assert all("another model" in r["embedding_error"] for r in rows)
