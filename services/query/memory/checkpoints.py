@@ -32,15 +32,20 @@ class Checkpoint(BaseModel):
 
     @classmethod
     def of(cls, r: asyncpg.Record) -> Checkpoint:
-        return cls(
-            thread_id=r["thread_id"],
-            checkpoint_id=r["checkpoint_id"],
-            parent_id=r["parent_id"],
-            agent_id=r["agent_id"],
-            step=r["step"],
-            state=r["state"],
-            created_at=r["created_at"].isoformat(),
-        )
+        return cls(**fields(r))
+
+
+def fields(r: asyncpg.Record) -> dict[str, Any]:
+    """A stored checkpoint's row as :class:`Checkpoint`'s fields (every kind of it)."""
+    return {
+        "thread_id": r["thread_id"],
+        "checkpoint_id": r["checkpoint_id"],
+        "parent_id": r["parent_id"],
+        "agent_id": r["agent_id"],
+        "step": r["step"],
+        "state": r["state"],
+        "created_at": r["created_at"].isoformat(),
+    }
 
 
 class Lineage(BaseModel):

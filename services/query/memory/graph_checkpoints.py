@@ -22,7 +22,7 @@ import asyncpg
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from services.query.memory.checkpoints import MAX_STEP, Checkpoint
+from services.query.memory.checkpoints import MAX_STEP, Checkpoint, fields
 from shared.db import audit
 from shared.errors import InvalidRequest
 from shared.users import ENSURE_USER, ensure_user
@@ -77,13 +77,7 @@ class QueriedCheckpoint(Checkpoint):
     @classmethod
     def of(cls, r: asyncpg.Record, *, writes: bool = False) -> QueriedCheckpoint:
         return cls(
-            thread_id=r["thread_id"],
-            checkpoint_id=r["checkpoint_id"],
-            parent_id=r["parent_id"],
-            agent_id=r["agent_id"],
-            step=r["step"],
-            state=r["state"],
-            created_at=r["created_at"].isoformat(),
+            **fields(r),
             checkpoint_ns=r["checkpoint_ns"],
             writes=r["writes"] if writes else None,
         )
