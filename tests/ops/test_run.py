@@ -59,7 +59,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
     # its first-start export has its own tests (tests/embedder/test_local_onnx.py)
     MODELS.mkdir(parents=True, exist_ok=True)
     (data / "models").symlink_to(MODELS)
-    ports = {n: free_port() for n in ("query", "ingest", "embedder", "extractor", "redis")}
+    # five different ports: a port the OS handed out and got back may be handed out
+    # again at once (two services on one port failed a CI run)
+    ports: dict[str, int] = {}
+    for name in ("query", "ingest", "embedder", "extractor", "redis"):
+        port = free_port()
+        while port in ports.values():
+            port = free_port()
+        ports[name] = port
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update(
         ENGRAM_DATA_DIR=str(data),
