@@ -31,7 +31,6 @@ outside (body limit, hostile input, metrics, traces) see every request as before
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.query.api.auth import acting_user, principal
-from services.query.api.faults import PARSED_BODY
+from services.query.api.faults import PARSED_BODY, parse_json
 from services.query.api.replica import ReadRouting
 
 Handler = Callable[[Request, str, dict[str, str], Any], Awaitable[Any]]
@@ -186,15 +185,15 @@ class LeanRoutes:
 
 
 def _validated(c: _Compiled, scope: Scope, params: dict[str, str], raw: bytes) -> Any | None:
-    """The body as the route's model, parsed as FastAPI parses it (``json.loads``, then
-    the model in Python mode); None when the route should answer instead."""
+    """The body as the route's model, parsed as FastAPI parses it (``json.loads``'s
+    values, then the model in Python mode); None when the route should answer instead."""
     if not raw or not _json_type(scope):
         return None
     if any(len(v) > c.lean.max_param for v in params.values()):
         return None
-    parsed = scope.get(PARSED_BODY)  # HostileInput's json.loads of this body
+    parsed = scope.get(PARSED_BODY)  # HostileInput's parse of this body
     try:
-        data = parsed[1] if parsed is not None and parsed[0] == raw else json.loads(raw)
+        data = parsed[1] if parsed is not None and parsed[0] == raw else parse_json(raw)
         return c.lean.body.model_validate(data)
     except (ValueError, ValidationError, RecursionError):
         return None
