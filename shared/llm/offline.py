@@ -20,6 +20,7 @@ from shared.llm.schemas import Category, EpisodeSummary, FactCandidate
 from shared.llm.standing import standing
 from shared.llm.transcript import Line, Transcript
 from shared.memory.dedupe import same_offline
+from shared.text import clip
 
 STOPWORDS = frozenset(
     """
@@ -199,17 +200,13 @@ def _sentences(line: Line) -> list[str]:
     return [s.strip() for s in _SENT.split(_head(line.text)) if len(s.strip()) > 1]
 
 
-def _clip_chars(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
-
-
 def _clip_words(text: str, n: int) -> str:
     parts = text.split()
     return " ".join(parts[:n]) + ("…" if len(parts) > n else "")
 
 
 def _clip_title(text: str) -> str:
-    title = _clip_chars(_clip_words(" ".join(text.split()), TITLE_WORDS), TITLE_CHARS)
+    title = clip(_clip_words(" ".join(text.split()), TITLE_WORDS), TITLE_CHARS)
     return title or "Conversation"
 
 
@@ -358,7 +355,7 @@ def summarize(transcript: Transcript) -> EpisodeSummary:
     names = participants(transcript)
     tools = list(
         dict.fromkeys(
-            _clip_chars(ln.tool_name, TOPIC_CHARS)
+            clip(ln.tool_name, TOPIC_CHARS)
             for ln in transcript.lines
             if ln.kind == "tool_call" and ln.tool_name
         )
@@ -366,13 +363,13 @@ def summarize(transcript: Transcript) -> EpisodeSummary:
     topics = _topics(lines, names, tools)
     if transcript.turns < 3:
         said = " ".join(
-            f"{_clip_chars(ln.speaker, 60)}: {_clip_words(_head(ln.text), 40)}" for ln in lines
+            f"{clip(ln.speaker, 60)}: {_clip_words(_head(ln.text), 40)}" for ln in lines
         )
         who = names[0] if names else "someone"
         title = f"Short exchange with {who}" if not topics else "Short exchange on " + topics[0]
         return EpisodeSummary(
             title=_clip_title(title),
-            summary=_clip_chars(said, SUMMARY_CHARS) or "An empty conversation.",
+            summary=clip(said, SUMMARY_CHARS) or "An empty conversation.",
             key_points=[],
             outcome="informational",
             topics=topics[:3],
@@ -430,7 +427,7 @@ def summarize(transcript: Transcript) -> EpisodeSummary:
     ]  # fmt: skip
     return EpisodeSummary(
         title=_title(names, topics, tools),
-        summary=_clip_chars(f"{intro} {body}".strip(), SUMMARY_CHARS),
+        summary=clip(f"{intro} {body}".strip(), SUMMARY_CHARS),
         key_points=key_points,
         outcome=_outcome(transcript),
         topics=topics,
@@ -470,7 +467,7 @@ def _asked(lines: Sequence[Line], names: Sequence[str], freq: Counter[str]) -> l
 def participants(transcript: Transcript) -> list[str]:
     """The people in the conversation, the user first (the assistant is not one)."""
     names = [
-        _clip_chars(ln.speaker, 60)
+        clip(ln.speaker, 60)
         for ln in transcript.lines
         if ln.kind == "message" and ln.speaker and ln.speaker != ASSISTANT
     ]
@@ -483,7 +480,7 @@ def participants(transcript: Transcript) -> list[str]:
 
 
 def _speaker(line: Line) -> str:
-    return "the assistant" if line.speaker == ASSISTANT else _clip_chars(line.speaker, 60)
+    return "the assistant" if line.speaker == ASSISTANT else clip(line.speaker, 60)
 
 
 def _other(speaker: str, names: Sequence[str]) -> str | None:
@@ -641,9 +638,9 @@ def speakers_of(transcript: Transcript) -> list[tuple[Line, str, bool]]:
         if ln.kind != "message":
             continue
         if ln.role == "user":
-            out.append((ln, _clip_chars(ln.speaker or user, 60), True))
+            out.append((ln, clip(ln.speaker or user, 60), True))
         elif ln.speaker and ln.speaker not in (ASSISTANT, "Tool"):
-            out.append((ln, _clip_chars(ln.speaker, 60), ln.speaker == user))
+            out.append((ln, clip(ln.speaker, 60), ln.speaker == user))
     return out
 
 

@@ -48,6 +48,7 @@ from shared.dates import asks_across, asks_order
 from shared.db import Executor
 from shared.memory.people import Person, list_people
 from shared.memory.writer import MEMORY_TYPES
+from shared.text import one_line
 
 # turn hits read: one per 60 tokens of budget, at least 10, at most 30
 MIN_MESSAGES, MAX_MESSAGES, TOKENS_PER_MESSAGE = 10, 30, 60
@@ -105,11 +106,6 @@ class Turn:
     neighbour_of: int | None = None
 
 
-def _one_line(text: str, limit: int = LINE_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def line_chars(budget: int, gathers: bool = False) -> int:
     """How long a past turn's line may be under ``budget`` tokens (shorter when the
     question ``gathers`` over the history)."""
@@ -152,13 +148,13 @@ def memory_text(hit: MemoryHit) -> str:
     """A memory's line text; one that replaced an earlier value says which and when
     ("... (updated 2024-05-10; before: deadline is 1 June, from 2024-04-02)"), so the
     newest is read as the newest, not beside the old as an equal."""
-    text = _one_line(hit.content)
+    text = one_line(hit.content, LINE_CHARS)
     old = hit.replaced
     if old is None:
         return text
     since = hit.valid_from.date().isoformat() if hit.valid_from else "later"
     held = f", from {old.valid_from.date().isoformat()}" if old.valid_from else ""
-    return f"{text} (updated {since}; before: {_one_line(old.content)}{held})"
+    return f"{text} (updated {since}; before: {one_line(old.content, LINE_CHARS)}{held})"
 
 
 def in_time_order(
@@ -181,7 +177,7 @@ def message_line(turn: Turn, note: str = "", limit: int = LINE_CHARS) -> str:
     when = turn.occurred_at.date().isoformat()
     who = f"{turn.display_name}: " if turn.display_name else ""
     indent = "  " if turn.neighbour_of is not None else ""
-    text = f"{indent}- [{when}, {turn.role}] {who}{_one_line(turn.content, limit)}"
+    text = f"{indent}- [{when}, {turn.role}] {who}{one_line(turn.content, limit)}"
     return f"{text} {note}" if note else text
 
 

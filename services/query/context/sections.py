@@ -13,6 +13,7 @@ from services.query.context.models import ContextOut
 from services.query.embeddings.query import QueryVector
 from services.query.ranking.fusion import CONTEXT_MEMORIES
 from services.query.ranking.recall import MemoryHit, is_member, search_memories
+from shared.text import one_line
 
 FACT_TYPES = ["fact", "preference", "instruction", "decision"]
 PROCEDURE_TYPES = ["procedure", "workflow"]
@@ -46,6 +47,7 @@ ORDER BY updated_at DESC, id
 LIMIT $2
 """
 KEYED_LIMIT = 10
+LINE_CHARS = 400
 
 
 def keyed_line(category: str, key: str, value: str) -> str:
@@ -54,9 +56,8 @@ def keyed_line(category: str, key: str, value: str) -> str:
     return f"- {_line(f'{category} / {label}: {value}')}"
 
 
-def _line(text: str, limit: int = 400) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _line(text: str) -> str:
+    return one_line(text, LINE_CHARS)
 
 
 def fact_line(hit: MemoryHit) -> str:

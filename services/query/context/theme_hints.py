@@ -29,6 +29,7 @@ from services.query.context.budget import tokens
 from services.query.context.command import ContextQuery
 from services.query.context.models import ContextOut
 from shared.db import Conn
+from shared.text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,7 @@ class HintCache:
 
 
 def _theme_name(name: str) -> str:
-    name = " ".join(name.split())
-    return name if len(name) <= THEME_CHARS else name[: THEME_CHARS - 1] + "…"
+    return one_line(name, THEME_CHARS)
 
 
 def render(hints: Hints | None, guidance: Guidance) -> tuple[str, int]:

@@ -47,6 +47,7 @@ from services.query.ranking.sql import hnsw_walk, or_tsquery
 from shared.db import Conn, Executor
 from shared.embeddings import vector_index
 from shared.errors import InvalidRequest
+from shared.text import clip
 
 Mode = Literal["hybrid", "fts_only", "semantic_only", "match_all"]
 Status = Literal["active", "archived", "any"]
@@ -247,7 +248,7 @@ class Hit:
             "id": str(self.id),
             "theme": self.theme,
             "type": self.type,
-            "content_snippet": snippet(self.content),
+            "content_snippet": clip(self.content, SNIPPET_CHARS),
             "created_at": self.created_at.isoformat(),
             "score": round(self.score, 6),
             "signals": {"fts": self.fts, "semantic": self.semantic},
@@ -261,10 +262,6 @@ class SearchResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "results": [h.as_result() for h in self.hits]}
-
-
-def snippet(content: str, limit: int = SNIPPET_CHARS) -> str:
-    return content if len(content) <= limit else content[: limit - 1].rstrip() + "…"
 
 
 def validate_limit(limit: int, maximum: int = MAX_LIMIT) -> int:

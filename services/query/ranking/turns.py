@@ -50,6 +50,7 @@ from shared.dates import around_event, event_anchors, periods, relative
 from shared.db import Executor
 from shared.embeddings import vector_index
 from shared.errors import InvalidRequest
+from shared.text import clip
 
 Mode = MessageMode
 MODES: tuple[Mode, ...] = tuple(MESSAGE_MODES)
@@ -514,7 +515,7 @@ class MessageHit:
             "role": self.role,
             "display_name": self.display_name,
             "occurred_at": self.occurred_at.isoformat(),
-            "content_snippet": snippet(self.content),
+            "content_snippet": clip(self.content, SNIPPET_CHARS),
             "score": round(self.score, 6),
             "signals": {
                 "fts": self.lexical_rank is not None,
@@ -566,10 +567,6 @@ class FoundTurns(BaseModel):
         return cls.model_validate(
             {"mode": result.mode, "results": [h._result() for h in result.hits]}
         )
-
-
-def snippet(content: str, limit: int = SNIPPET_CHARS) -> str:
-    return content if len(content) <= limit else content[: limit - 1].rstrip() + "…"
 
 
 async def search_messages(

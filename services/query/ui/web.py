@@ -13,6 +13,8 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 from jinja2 import select_autoescape
 
+from shared.text import clip
+
 PACKAGE = Path(__file__).resolve().parent.parent
 STATIC = PACKAGE / "static"
 STATIC_FILES = {
@@ -38,7 +40,7 @@ def _short(value: object, n: int = 8) -> str:
 def _clip(text: str | None, n: int = 160) -> str:
     if not text:
         return ""
-    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+    return clip(text, n)
 
 
 def _pretty(value: Any) -> str:
