@@ -42,7 +42,7 @@ from bench.locomo import (
 )
 from engram_cli.embedded import with_running_stack
 from services.query.ranking import turns
-from services.query.ranking.fusion import FUSED, MESSAGE_MODES, RankSpec
+from services.query.ranking.fusion import FUSED, MESSAGE_MODES, RankSpec, asks_assistant
 from shared.db import Executor, create_pool
 from shared.embeddings import Embedder, resolve_embedder
 from shared.settings import CommonSettings
@@ -59,6 +59,10 @@ VARIANTS: dict[str, RankSpec] = {
     "unlearned": FUSED.but(name="unlearned", w_learned=0.0),
     "learned.05": FUSED.but(name="learned.05", w_learned=0.05),
     "learned.20": FUSED.but(name="learned.20", w_learned=0.2),
+    # a question about what the assistant said lifts the assistant's turns, not the user's
+    "said.0": FUSED.but(name="said.0", assistant_asked_lift=0.0),
+    "said.25": FUSED.but(name="said.25", assistant_asked_lift=0.25),
+    "said.5": FUSED.but(name="said.5", assistant_asked_lift=0.5),
 }
 
 
@@ -150,7 +154,9 @@ async def run(
         rows_of = fetched[source[spec.name]]
         scored: list[Row] = []
         for (conv, q), (rs, periods) in zip(work, rows_of, strict=True):
-            best, _ = turns.score_rows(spec, rs, LIMIT, periods=periods)
+            best, _ = turns.score_rows(
+                spec, rs, LIMIT, periods=periods, asks_assistant=asks_assistant(q.text)
+            )
             ranked = []
             for c in best:
                 ext, chat = external.get(c.id, ("", ""))

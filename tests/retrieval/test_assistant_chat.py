@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from services.query.app import create_app
-from services.query.ranking.fusion import FUSED, Candidate, assistant_chat
+from services.query.ranking.fusion import FUSED, Candidate, asks_assistant, assistant_chat
 from services.query.ranking.turns import rank_turns
 from services.query.settings import QuerySettings
 from tests.query.helpers import FixedEmbedder, auth, resolver_for, unit
@@ -132,3 +132,52 @@ async def test_two_people_chatting_keep_the_peoples_rules(pool, user_id):
     )
     assert [(h.id, h.score) for h in fused] == [(h.id, h.score) for h in people]
     assert len(fused) == len(ids)
+
+
+SAID = "How did you recommend I end my first sprint?"
+
+
+async def test_a_question_about_what_the_assistant_said_is_not_lifted_to_the_users_turns(
+    make_settings, pool, user_id
+):
+    """A question "how did you recommend ...": the answer asked about is the assistant's, so the
+    user's turns get no lift over it (``assistant_asked_lift``): the answer that holds
+    the question's words comes before the user's statement nearest in meaning, which
+    the same meaning asked as the user's own question still puts first."""
+    _, ids = await add_turns(pool, user_id, _turns(ANSWER))
+    recommendation, statement = ids[1], ids[2]
+    app = create_app(
+        make_settings(QuerySettings),
+        resolver=resolver_for(FixedEmbedder({SAID: Q, QUERY: Q})),
+    )
+    async with running(app) as client:
+        headers = await auth(pool, user_id)
+        said = await client.post("/v1/messages/search", headers=headers, json={"query": SAID})
+        mine = await client.post("/v1/messages/search", headers=headers, json={"query": QUERY})
+    assert said.status_code == 200, said.text
+    assert said.json()["results"][0]["id"] == recommendation
+    # the user's own question, the same meaning: the user's statement first, as before
+    assert mine.json()["results"][0]["id"] == statement
+    # without the rule the user's lift puts the statement first for both
+    lifted = FUSED.but(assistant=FUSED.assistant.but(assistant_asked_lift=None))
+    old = await rank_turns(pool, lifted, user_id=user_id, query=SAID, vector=Q, limit=10)
+    assert old[0].id == statement
+
+
+def test_what_reads_as_asking_what_the_assistant_said():
+    for q in (
+        "How did you recommend handling the rate limits?",
+        "What did you suggest for the login page?",
+        "Which library have you recommended for charts?",
+        "You mentioned a caching approach, what was it?",
+        "What was your advice on indexing?",
+    ):
+        assert asks_assistant(q), q
+    for q in (
+        "What steps would you suggest I take?",  # a request now, about the user's case
+        "Can you walk me through the order in which I brought up features?",
+        "When does my first sprint end?",
+        "What did Caroline research?",
+        "Could you show me how to implement a login feature?",
+    ):
+        assert not asks_assistant(q), q

@@ -42,6 +42,7 @@ from services.query.ranking.fusion import (
     MessageMode,
     RankSpec,
     answer_of,
+    asks_assistant,
     fuse,
     ranked,
 )
@@ -649,7 +650,14 @@ async def rank_turns(
         since=since,
         until=until,
     )
-    best, answers = score_rows(spec, rows, limit, periods=named, found_only=found_only)
+    best, answers = score_rows(
+        spec,
+        rows,
+        limit,
+        periods=named,
+        asks_assistant=asks_assistant(query),
+        found_only=found_only,
+    )
     if not best:
         return []
     found = await conn.fetch(ROWS, user_id, [c.id for c in best])
@@ -738,6 +746,7 @@ def score_rows(
     limit: int,
     *,
     periods: bool = False,
+    asks_assistant: bool = False,
     found_only: bool = False,
 ) -> tuple[list[Candidate[int]], set[int]]:
     """The ``limit`` best of the candidate rows under ``spec`` (the statement's rows,
@@ -779,7 +788,7 @@ def score_rows(
             )
         )
     spec = spec.for_chat(cands)
-    scored = fuse(spec, cands, periods=periods)
+    scored = fuse(spec, cands, periods=periods, asks_assistant=asks_assistant)
     answers = {n for c in scored if c.found for n in answer_of(spec, c)}
     if found_only:
         scored = [c for c in scored if c.found or c.id in answers]
