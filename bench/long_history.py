@@ -152,20 +152,34 @@ async def run(
             load_avg: list[float] = []
             progress = Progress("questions (fused, over HTTP and in process)", len(asked))
             async with httpx.AsyncClient(base_url=base, timeout=60) as client:
-                for i, (q, vec) in enumerate(zip(asked, vectors, strict=True)):
+
+                async def over_http(text: str) -> None:
                     t0 = time.perf_counter()
                     r = await client.post(
                         "/v1/messages/search",
-                        json={"query": q.text, "limit": 10, "mode": "fused"},
+                        json={"query": text, "limit": 10, "mode": "fused"},
                         headers={"Authorization": f"Bearer {key}"},
                     )
                     http.append(time.perf_counter() - t0)
                     r.raise_for_status()
+
+                async def in_process(text: str, vec: list[float]) -> None:
                     t0 = time.perf_counter()
                     await search_messages(
-                        pool, MessageQuery(q.text, limit=10), user_id=USER, vector=vec
+                        pool, MessageQuery(text, limit=10), user_id=USER, vector=vec
                     )
                     ranking.append(time.perf_counter() - t0)
+
+                for i, (q, vec) in enumerate(zip(asked, vectors, strict=True)):
+                    # the two paths take turns at asking a question first: the second
+                    # finds its pages in PostgreSQL's cache (a fixed order favoured the
+                    # in-process path by ~10 ms at p50 on the 10,000-turn chat)
+                    if i % 2 == 0:
+                        await over_http(q.text)
+                        await in_process(q.text, vec)
+                    else:
+                        await in_process(q.text, vec)
+                        await over_http(q.text)
                     load_avg.append(os.getloadavg()[0])
                     progress.update(i + 1)
             progress.update(len(asked), force=True)
