@@ -1,6 +1,8 @@
 """A long history's search on real PostgreSQL (docs/retrieval.md, "Long history"): the
 walk of a candidate's neighbours reads the episode index alone (migration 0196), and
-a neighbour's length comes from ``message_shapes`` or, without its row, from the turn."""
+a neighbour's length, read afterwards for all the neighbours at once
+(``with_neighbour_lengths``), comes from ``message_shapes`` or, without its row, from
+the turn."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from services.query.ranking.turns import EXACT
+from services.query.ranking.turns import EXACT, with_neighbour_lengths
 from tests.retrieval.helpers import T, add_turns
 
 TURNS = [
@@ -32,6 +34,7 @@ def _args(user_id: str, query: str, reach: int) -> list[Any]:
 
 async def _rows(pool: asyncpg.Pool, user_id: str, query: str) -> dict[int, tuple[Any, ...]]:
     rows = await pool.fetch(EXACT["bm25"], *_args(user_id, query, 3))
+    rows = await with_neighbour_lengths(pool, user_id, rows)
     return {r["id"]: tuple(r[k] for k in NEAR) for r in rows}
 
 

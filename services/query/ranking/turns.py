@@ -27,6 +27,7 @@ What callers may rely on:
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Self
@@ -346,23 +347,17 @@ semantic AS MATERIALIZED (
     LIMIT $8
 )"""
 
-# A turn's length and whether it asks are read from message_shapes (migration
-# 0181: computed as the turn was stored), not from its words and content (reading
-# those detoasts a long turn's: ~4,000 a query at 10,000 BEAM turns); from the turn
-# where it has no row (a probe of the turn, made only then: the walk itself reads
-# only columns ``messages_episode_order_idx`` holds, migration 0196, an index-only
-# scan).
+# A candidate's neighbours: the walk reads only columns ``messages_episode_order_idx``
+# holds (migration 0196, an index-only scan). Their lengths are read afterwards, once
+# for all the candidates' neighbours (``with_neighbour_lengths``): a probe of
+# message_shapes per neighbour read here was ~40% of a LoCoMo user's candidate
+# statement (4,800 probes for 200 candidates, many of them the same turn).
 _NEAR = """
 LEFT JOIN LATERAL (
     SELECT array_agg(n.id ORDER BY n.occurred_at {desc}, n.id {desc}) AS ids,
            array_agg(n.occurred_at ORDER BY n.occurred_at {desc}, n.id {desc}) AS ats,
-           array_agg(n.who ORDER BY n.occurred_at {desc}, n.id {desc}) AS whos,
-           array_agg(n.len ORDER BY n.occurred_at {desc}, n.id {desc}) AS lens
-    FROM (SELECT m.id, m.occurred_at, {who} AS who,
-                 coalesce((SELECT s.lexemes FROM message_shapes s
-                           WHERE s.user_id = $1 AND s.message_id = m.id),
-                          (SELECT length(x.fts) FROM messages x
-                           WHERE x.user_id = $1 AND x.id = m.id)) AS len
+           array_agg(n.who ORDER BY n.occurred_at {desc}, n.id {desc}) AS whos
+    FROM (SELECT m.id, m.occurred_at, {who} AS who
           FROM messages m
           WHERE m.episode_id = t.episode_id AND m.user_id = $1
             AND (m.occurred_at, m.id) {cmp} (t.occurred_at, t.id) {filters}
@@ -393,8 +388,7 @@ SELECT c.*, t.occurred_at, coalesce(ts.asks, t.content ~ '\\?\\s*$') AS asks,
                WHERE t.occurred_at >= p.lo AND t.occurred_at < p.hi) AS in_period,
        {learned} AS learned,
        bef.ids AS before_ids, bef.ats AS before_ats, bef.whos AS before_whos,
-       bef.lens AS before_lens, aft.ids AS after_ids, aft.ats AS after_ats,
-       aft.whos AS after_whos, aft.lens AS after_lens
+       aft.ids AS after_ids, aft.ats AS after_ats, aft.whos AS after_whos
 FROM candidates c JOIN messages t ON t.id = c.id AND t.user_id = $1 CROSS JOIN q
      LEFT JOIN message_shapes ts ON ts.user_id = $1 AND ts.message_id = t.id
 {before}
@@ -413,6 +407,18 @@ ROWS = """
 SELECT m.id, m.external_id, m.episode_id, m.chat_id, m.role, m.display_name, m.content,
        m.occurred_at
 FROM messages m WHERE m.user_id = $1 AND m.id = ANY($2::bigint[])
+"""
+
+# A turn's length in distinct lexemes, from message_shapes (migration 0181: computed as
+# the turn was stored; reading a long turn's words would detoast them), or from the
+# turn where it has no row.
+SHAPED_LENGTHS = """
+SELECT s.message_id AS id, s.lexemes AS len FROM message_shapes s
+WHERE s.user_id = $1 AND s.message_id = ANY($2::bigint[])
+"""
+TURN_LENGTHS = """
+SELECT m.id, length(m.fts) AS len FROM messages m
+WHERE m.user_id = $1 AND m.id = ANY($2::bigint[])
 """
 
 
@@ -816,10 +822,37 @@ async def _candidates(
         lexical = "bm25_stats" if lexical == "bm25" else "bm25_stats_passages"
     if vector is None or not big:
         exact = EXACT_PASSAGES if spec.semantic_passages else EXACT
-        return list(await conn.fetch(exact[lexical], *args))
-    async with hnsw_walk(conn, ef_search=EF_SEARCH) as c:
-        statement = index_statement(lexical, len(vector), spec.semantic_passages)
-        return list(await c.fetch(statement, *args))
+        rows = await conn.fetch(exact[lexical], *args)
+    else:
+        async with hnsw_walk(conn, ef_search=EF_SEARCH) as c:
+            statement = index_statement(lexical, len(vector), spec.semantic_passages)
+            rows = await c.fetch(statement, *args)
+    return await with_neighbour_lengths(conn, user_id, rows)
+
+
+async def with_neighbour_lengths(
+    conn: Executor, user_id: str, rows: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The candidate rows, each with its neighbours' lengths (``before_lens``,
+    ``after_lens``, in the order of their ids), read once for all of them."""
+    ids = {n for r in rows for side in ("before_ids", "after_ids") for n in r[side] or ()}
+    lengths: dict[int, int] = {}
+    if ids:
+        lengths = {r["id"]: r["len"] for r in await conn.fetch(SHAPED_LENGTHS, user_id, list(ids))}
+        missing = [n for n in ids if n not in lengths]
+        if missing:
+            lengths.update(
+                {r["id"]: r["len"] for r in await conn.fetch(TURN_LENGTHS, user_id, missing)}
+            )
+    out = []
+    for r in rows:
+        row = dict(r)
+        for side, lens in (("before_ids", "before_lens"), ("after_ids", "after_lens")):
+            near = r[side]
+            # a turn gone since the walk (a concurrent delete) reads as empty
+            row[lens] = None if near is None else [lengths.get(n, 0) for n in near]
+        out.append(row)
+    return out
 
 
 def _hit(r: asyncpg.Record, c: Candidate[int], cosine: float | None, answers: bool) -> MessageHit:
