@@ -407,15 +407,16 @@ def _in_conversation(
     best (the turns answering a question gain ``answer_share``); divided by the
     largest score a turn could reach."""
     lifted: dict[K, float] = {}
-    # the user's lift applies where another role speaks too (an assistant's chat)
+    # the user's lift (or, asked what the assistant said, the assistant's) applies where
+    # another role speaks too (an assistant's chat)
     role, role_lift = "user", spec.user_lift
     if asks_assistant and spec.assistant_asked_lift is not None:
         role, role_lift = "assistant", spec.assistant_asked_lift
-    users = role_lift > 0 and _mixed_roles(cands)
+    lifts_role = role_lift > 0 and _mixed_roles(cands)
     for c in cands:
         base = c.score + (spec.date_lift if c.in_period else 0.0)
         base += spec.speaker_lift if c.named else 0.0
-        base += role_lift if users and _role(c.speaker) == role else 0.0
+        base += role_lift if lifts_role and _role(c.speaker) == role else 0.0
         length = c.length + (_burst_length(spec, c) if spec.burst_length else 0)
         scale = 1.0 - spec.short + spec.short * min(1.0, length / spec.full_length)
         lifted[c.id] = base * scale
@@ -435,7 +436,7 @@ def _in_conversation(
                 part = share * lifted[c.id]
                 best_near[(n, dist)] = max(best_near.get((n, dist), part), part)
     top = 1.0 + (spec.date_lift if periods else 0.0) + spec.speaker_lift + sum(spec.neighbours)
-    top += role_lift if users else 0.0
+    top += role_lift if lifts_role else 0.0
     if spec.neighbours:
         top += max(spec.answer_share - spec.neighbours[0], 0.0)
     if spec.burst_gap_s:
