@@ -170,13 +170,15 @@ async def embed_wanted(
         # parked like rows with no provider, so they cannot crowd out newer lost
         # requests; a rebuild resets them.
         other: dict[tuple[str, EmbedKind], list[Any]] = defaultdict(list)
+        kept: list[Item] = []
         for it in items:
             if for_another_model(it.row, configs[it.user_id]):
                 other[(it.user_id, it.row.kind)].append(it.row.id)
+            else:
+                kept.append(it)
         for (user_id, kind), marked in other.items():
             await store.park(pool, user_id, kind, marked, reason=OTHER_MODEL)
-        if other:
-            items = [it for it in items if not for_another_model(it.row, configs[it.user_id])]
+        items = kept
 
     async def announce(outcome: Outcome) -> None:
         if outcome.memories_ready:
