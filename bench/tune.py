@@ -62,7 +62,6 @@ VARIANTS: dict[str, RankSpec] = {
     # a question about what the assistant said lifts the assistant's turns, not the user's
     # (``fused`` takes 0: neither role; ``said.none``: the user's, as before the rule)
     "said.none": FUSED.but(name="said.none", assistant_asked_lift=None),
-    "said.0": FUSED.but(name="said.0", assistant_asked_lift=0.0),
     "said.25": FUSED.but(name="said.25", assistant_asked_lift=0.25),
     "said.5": FUSED.but(name="said.5", assistant_asked_lift=0.5),
 }
