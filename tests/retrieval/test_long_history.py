@@ -55,6 +55,10 @@ async def test_the_episode_index_covers_the_neighbour_walk(pool: asyncpg.Pool) -
 async def test_the_neighbours_are_read_from_the_index_alone(
     pool: asyncpg.Pool, user_id: str
 ) -> None:
+    # another episode of the user's at the same times, as a real history has: on seven
+    # turns alone the planner may walk the (user_id, occurred_at) index instead, its
+    # cost the same there
+    await add_turns(pool, user_id, [T(f"unrelated note {n}") for n in range(200)])
     await add_turns(pool, user_id, TURNS)
     await pool.execute("VACUUM (ANALYZE) messages")  # the pages all-visible
     async with pool.acquire() as conn, conn.transaction():
