@@ -193,3 +193,18 @@ async def test_a_publish_soon_that_fails_is_logged_not_raised(settings, caplog):
     await pub.flush(timeout_s=10)
     await dead.aclose()
     assert "2 event(s) published after the answer were not" in caplog.text
+
+
+async def test_a_started_service_leaves_what_it_holds_out_of_full_collections(make_settings):
+    # the objects alive at start are frozen (shared/runtime.py, settle_heap): a full
+    # garbage collection no longer walks them; they are collectable again after the stop
+    import gc
+
+    from services.ingest.app import create_app
+    from services.ingest.settings import IngestSettings
+    from tests.support import running
+
+    gc.unfreeze()
+    async with running(create_app(make_settings(IngestSettings))):
+        assert gc.get_freeze_count() > 10_000
+    assert gc.get_freeze_count() == 0
