@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import pytest
 
 from services.query.app import create_app
-from services.query.ranking.turns import EXACT
+from services.query.ranking.turns import EXACT, exact_statement
 from services.query.settings import QuerySettings
 from shared.embeddings import vector_index
 from tests.query.helpers import FixedEmbedder, auth, resolver_for, unit
@@ -109,11 +110,14 @@ async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
     assert await pool.fetch(SHAPES, user_id) == []
 
 
-async def _lexical(pool: asyncpg.Pool, name: str, user_id: str, query: str) -> dict[int, float]:
+async def _lexical(
+    pool: asyncpg.Pool, name: str, user_id: str, query: str, *, per_word: int | None = None
+) -> dict[int, float]:
     # the statement's arguments as turns._candidates gives them: no vector, no
     # filters, 100 candidates, no neighbours, no periods
     args: list[Any] = [user_id, query, None, None, None, None, None, 100, 0, [], [], False]
-    rows = await pool.fetch(EXACT[name], *args)
+    statement = EXACT[name] if per_word is None else exact_statement(name, per_word)
+    rows = await pool.fetch(statement, *args)
     return {r["id"]: r["rank"] for r in rows if r["rank"] is not None}
 
 
@@ -143,6 +147,30 @@ async def test_reading_only_the_matching_turns_gives_the_full_scans_ranks(
         for i in set(full) - set(read):
             assert not words & set(content[i].replace(",", " ").split()), (query, content[i])
     assert await _lexical(pool, "bm25_stats", user_id, "zebra") == {}
+
+
+async def test_a_word_in_more_documents_than_are_read_scores_its_best_at_full_ranks(
+    pool: asyncpg.Pool, user_id: str
+) -> None:
+    # "weather" is in four turns; reading at most two postings of each word scores
+    # the two turns where it weighs most (its postings are ordered so, migration
+    # 0200), at the full scan's ranks: the word's document frequency is still counted
+    # over all four
+    _, ids = await add_turns(pool, user_id, TURNS)
+    await vector_index.index_user(pool, user_id, "message", settle_s=0)
+    full = await _lexical(pool, "bm25", user_id, "weather")
+    assert len(full) == 4
+    for name in ("bm25_stats", "bm25_stats_passages"):
+        assert await _lexical(pool, name, user_id, "weather", per_word=4) == pytest.approx(full)
+        read = await _lexical(pool, name, user_id, "weather", per_word=2)
+        assert set(read) == set(sorted(full, key=lambda i: -full[i])[:2]), name
+        assert read == pytest.approx({i: full[i] for i in read}, abs=1e-9)
+    # two words, each in four turns: each word's two best are scored, a turn for the
+    # words it was read for (never more than the full scan gives it)
+    both = await _lexical(pool, "bm25", user_id, "weather pottery")
+    read = await _lexical(pool, "bm25_stats", user_id, "weather pottery", per_word=2)
+    assert 2 < len(read) <= 4 and set(read) <= set(both)
+    assert all(read[i] <= both[i] + 1e-9 for i in read)
 
 
 async def test_a_big_users_bm25_search_answers_as_before_it_was_listed(

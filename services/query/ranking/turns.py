@@ -170,15 +170,18 @@ hit AS (
 # words (``in_text``); its postings of the query's words, its speaker's name's
 # too, are its hits; a word's document frequency counts the documents holding it
 # in their own words but not in their speaker's name, and every turn (passage) of
-# a speaker whose name holds it. The words are one array (``= ANY``): the planner
-# then walks the primary key once per word (index only) where a join with
-# ``qterms`` had it hash a third of the table.
+# a speaker whose name holds it.
+# Each word's postings are read best first (migration 0200: ordered by the word's
+# weight in the document), at most ``per_word`` of them: below that many a word's
+# postings are all read and ranks are the full scan's; above it the word's best
+# ``per_word`` documents are scored, and its document frequency is counted from its
+# postings (an index-only count, no row read). At a million turns a common word is
+# in 40,000 of them (docs/retrieval.md, "Long history: each word's best postings").
 # A posting not of the speaker's name is of the document's own words (``in_text``),
-# so its document is found and it counts for its word's document frequency: the
-# frequencies are counted over the postings read, and ``hit`` asks which documents
-# are found (a hashed set of them) only for a posting of a speaker's name, so a query
-# naming no speaker hashes nothing (10,000 BEAM turns, a question of 29 words:
-# 30,558 postings; docs/retrieval.md, "Long history").
+# so its document is found: ``hit`` asks which documents are found (a hashed set of
+# them) only for a posting of a speaker's name, so a query naming no speaker hashes
+# nothing (10,000 BEAM turns, a question of 29 words: 30,558 postings;
+# docs/retrieval.md, "Long history").
 _BM25_STATS = """
 qterms AS MATERIALIZED (
     SELECT DISTINCT w AS lexeme
@@ -196,9 +199,14 @@ corpus AS MATERIALIZED (
     FROM speakers
 ),
 posted AS MATERIALIZED (
-    SELECT p.message_id AS id, p.part, p.lexeme, p.tf, p.dl, p.by_name, p.in_text
-    FROM message_postings p
-    WHERE p.user_id = $1 AND p.lexeme = ANY(ARRAY(SELECT lexeme FROM qterms)) AND {documents}
+    SELECT b.id, b.part, t.lexeme, b.tf, b.dl, b.by_name, b.in_text
+    FROM qterms t CROSS JOIN LATERAL (
+        SELECT p.message_id AS id, p.part, p.tf, p.dl, p.by_name, p.in_text
+        FROM message_postings p
+        WHERE p.user_id = $1 AND p.lexeme = t.lexeme AND {documents}
+        ORDER BY p.impact DESC, p.message_id DESC, p.part DESC
+        LIMIT {per_word}
+    ) AS b
 ),
 hit AS (
     SELECT h.id, h.part, h.dl, h.lexeme, h.tf, h.by_name
@@ -207,14 +215,22 @@ hit AS (
 ),
 terms AS MATERIALIZED (
     SELECT t.lexeme,
-           (coalesce(p.n, 0)
+           (CASE WHEN coalesce(r.got, 0) < {per_word} THEN coalesce(r.n, 0)
+                 ELSE (SELECT count(*) FROM message_postings p
+                       WHERE p.user_id = $1 AND p.lexeme = t.lexeme AND NOT p.by_name
+                         AND {documents})
+            END
             + (SELECT coalesce(sum(s.turns), 0) FROM speakers s WHERE t.lexeme = ANY(s.words))
            )::float8 AS df
     FROM qterms t
-         LEFT JOIN (SELECT lexeme, count(*) FILTER (WHERE NOT by_name) AS n
-                    FROM posted GROUP BY lexeme) AS p USING (lexeme)
+         LEFT JOIN (SELECT lexeme, count(*) AS got, count(*) FILTER (WHERE NOT by_name) AS n
+                    FROM posted GROUP BY lexeme) AS r USING (lexeme)
 ),
 """
+
+# At most this many postings of each query word are read (``_BM25_STATS``).
+POSTINGS_PER_WORD = 2_000
+
 
 _LEXICAL = {
     "ts_rank": """
@@ -233,6 +249,14 @@ lexical AS (
     "bm25": _BM25_TURNS + _BM25 + _BM25_RANKED_TURNS,
     # the same over documents that are a long turn's passages (``lexical_passages``)
     "bm25_passages": _BM25_PASSAGES + _BM25 + _BM25_RANKED,
+}
+
+
+def _lexical_sql(name: str, per_word: int = POSTINGS_PER_WORD) -> str:
+    """The lexical side ``name``: one of ``_LEXICAL``, or BM25 for a big user read
+    from the postings of the query's words, at most ``per_word`` of each."""
+    if name in _LEXICAL:
+        return _LEXICAL[name]
     # The same BM25 for a big user, searched with no filter, reading only the
     # postings of the query's words (message_postings, migration 0180: per user and
     # word, each document holding it with its tf and length): the corpus (turns,
@@ -242,25 +266,38 @@ lexical AS (
     # things: a turn that holds none of the query's words in its content (only its
     # speaker's name) is no candidate here, and the mean length counts a speaker's
     # name beside their words even in a turn that names its own speaker (one word
-    # more, once).
-    "bm25_stats": _BM25_STATS.format(
-        speakers="s.turns AS turns, s.lexemes AS lexemes", documents="p.part = -1"
-    )
-    + _BM25_RANKED_TURNS,
+    # more, once); and, for a word in more than ``per_word`` documents, only its best
+    # ``per_word`` are scored.
+    if name == "bm25_stats":
+        return (
+            _BM25_STATS.format(
+                speakers="s.turns AS turns, s.lexemes AS lexemes",
+                documents="p.part = -1",
+                per_word=int(per_word),
+            )
+            + _BM25_RANKED_TURNS
+        )
     # ... and over a long turn's passages instead of the turn (``lexical_passages``):
     # the corpus counts the turns without passages and the passages (migration
     # 0161 keeps their numbers beside the turns'), the postings read are those of
     # the passages and of the turns that have none (a probe of message_passages'
-    # key per turn posting read). Ranks equal "bm25_passages"' but for the same two
+    # key per turn posting read). Ranks equal "bm25_passages"' but for the same
     # things as above.
-    "bm25_stats_passages": _BM25_STATS.format(
-        speakers="s.turns - s.long_turns + s.passages AS turns, "
-        "s.lexemes - s.long_lexemes + s.passage_lexemes AS lexemes",
-        documents="(p.part >= 0 OR NOT EXISTS (SELECT 1 FROM message_passages q "
-        "WHERE q.user_id = p.user_id AND q.message_id = p.message_id))",
-    )
-    + _BM25_RANKED,
-}
+    if name == "bm25_stats_passages":
+        return (
+            _BM25_STATS.format(
+                speakers="s.turns - s.long_turns + s.passages AS turns, "
+                "s.lexemes - s.long_lexemes + s.passage_lexemes AS lexemes",
+                documents="(p.part >= 0 OR NOT EXISTS (SELECT 1 FROM message_passages q "
+                "WHERE q.user_id = p.user_id AND q.message_id = p.message_id))",
+                per_word=int(per_word),
+            )
+            + _BM25_RANKED
+        )
+    raise KeyError(name)
+
+
+LEXICAL = (*_LEXICAL, "bm25_stats", "bm25_stats_passages")
 
 # Exact: "+ 0" keeps the planner off the HNSW index, so every one of the user's
 # rows is compared (used when the user has few rows).
@@ -445,13 +482,13 @@ _COS_PASSAGES = """1 - least(t.embedding <=> $3::vector,
                             WHERE p.message_id = t.id AND p.user_id = $1))"""
 
 
-def _statement(lexical: str, semantic: str, dim: int = 0) -> str:
+def _statement(lexical: str, semantic: str, dim: int = 0, per_word: int = POSTINGS_PER_WORD) -> str:
     near = {"filters": _FILTERS, "who": _WHO.format(t="m")}
     passages = semantic in (_SEMANTIC_EXACT_PASSAGES, _SEMANTIC_INDEX_PASSAGES)
     return CANDIDATES.format(
         cos=_COS_PASSAGES if passages else _COS,
         tsq=or_tsquery("$2"),
-        lexical=_LEXICAL[lexical].format(filters=_FILTERS),
+        lexical=_lexical_sql(lexical, per_word).format(filters=_FILTERS),
         semantic=semantic.format(filters=_FILTERS, dim=dim),
         t_who=_WHO.format(t="t"),
         learned=_LEARNED,
@@ -461,9 +498,15 @@ def _statement(lexical: str, semantic: str, dim: int = 0) -> str:
 
 
 # Named statements, built once from the fixed fragments above (no values inside).
-EXACT = {name: _statement(name, _SEMANTIC_EXACT) for name in _LEXICAL}
+EXACT = {name: _statement(name, _SEMANTIC_EXACT) for name in LEXICAL}
 # ... whose semantic side reads a long turn's passages (``semantic_passages``)
-EXACT_PASSAGES = {name: _statement(name, _SEMANTIC_EXACT_PASSAGES) for name in _LEXICAL}
+EXACT_PASSAGES = {name: _statement(name, _SEMANTIC_EXACT_PASSAGES) for name in LEXICAL}
+
+
+def exact_statement(lexical: str, per_word: int) -> str:
+    """The exact statement of ``lexical`` reading at most ``per_word`` postings of each
+    query word (``POSTINGS_PER_WORD`` in ``EXACT``)."""
+    return _statement(lexical, _SEMANTIC_EXACT, per_word=per_word)
 
 
 @functools.lru_cache(maxsize=16)
