@@ -41,6 +41,7 @@ from services.query.ranking.turns import MessageQuery, search_messages
 from shared.apikeys import create_key
 from shared.db import create_pool
 from shared.embeddings import fit_to_column, local, vector_index
+from shared.runtime import settle_heap
 
 USER = "long-history"
 CHAT = "long"
@@ -150,6 +151,7 @@ async def run(
             http: list[float] = []
             ranking: list[float] = []
             load_avg: list[float] = []
+            settle_heap()  # as a started service does (shared/runtime.py)
             progress = Progress("questions (fused, over HTTP and in process)", len(asked))
             async with httpx.AsyncClient(base_url=base, timeout=60) as client:
 

@@ -82,6 +82,7 @@ from shared.embeddings import vector_index
 from shared.events import TurnReceived
 from shared.migrate import MIGRATIONS_DIR, migrate
 from shared.redis_client import connect_redis
+from shared.runtime import settle_heap
 from shared.settings import CommonSettings
 from shared.streams import Publisher
 
@@ -414,6 +415,7 @@ async def measure_reads(
     """Search and context for ``user`` in every database, interleaved query by query
     (the order of the databases alternates), so the machine's load falls on each alike."""
     queries = [synth.query() for _ in range(n)]
+    settle_heap()  # as a started service does (shared/runtime.py)
     load_before = load()
     search_s: dict[str, list[float]] = {db.layout: [] for db in dbs}
     context_s: dict[str, list[float]] = {db.layout: [] for db in dbs}
