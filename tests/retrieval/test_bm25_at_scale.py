@@ -26,16 +26,6 @@ SHAPES = "SELECT message_id, lexemes, asks FROM message_shapes WHERE user_id = $
 SHAPES_FROM_SCRATCH = """
 SELECT id, length(fts), content ~ '\\?\\s*$' FROM messages WHERE user_id = $1
 """
-# a word's document frequency (migration 0201) as kept, and as counted from the turns:
-# the turns holding it in their own words and not in their speaker's name
-DF = "SELECT lexeme, turns FROM message_lexeme_df WHERE user_id = $1 AND turns > 0"
-DF_FROM_SCRATCH = """
-SELECT x.lexeme, count(*) AS turns
-FROM messages m, unnest(tsvector_to_array(m.fts)) AS x(lexeme)
-WHERE m.user_id = $1
-  AND NOT x.lexeme = ANY(tsvector_to_array(to_tsvector('english', coalesce(m.display_name, ''))))
-GROUP BY x.lexeme
-"""
 COUNTED = """
 SELECT coalesce(display_name, '') AS speaker, count(*) AS turns, sum(length(fts)) AS lexemes
 FROM messages WHERE user_id = $1 GROUP BY 1
@@ -55,10 +45,6 @@ TURNS = [
 ]
 
 
-async def _df(pool: asyncpg.Pool, user_id: str, sql: str = DF) -> dict[str, int]:
-    return {r["lexeme"]: r["turns"] for r in await pool.fetch(sql, user_id)}
-
-
 async def _stats(pool: asyncpg.Pool, user_id: str, sql: str) -> dict[str, tuple[int, int]]:
     return {r["speaker"]: (r["turns"], r["lexemes"]) for r in await pool.fetch(sql, user_id)}
 
@@ -72,7 +58,6 @@ async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
     assert await postings(pool, user_id) == set()
     await vector_index.index_user(pool, user_id, "message", settle_s=0)
     assert await postings(pool, user_id) == await postings(pool, user_id, from_scratch=True)
-    assert await _df(pool, user_id) == await _df(pool, user_id, DF_FROM_SCRATCH)
     async with pool.acquire() as conn:
         await conn.copy_records_to_table(
             "messages",
@@ -100,8 +85,6 @@ async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
     assert counted["Ann"][0] == 5 and counted[""][0] == 2
     kept = await postings(pool, user_id)
     assert kept == await postings(pool, user_id, from_scratch=True)
-    df = await _df(pool, user_id)
-    assert df == await _df(pool, user_id, DF_FROM_SCRATCH) and df["potteri"] == 5  # stemmed
     # a word of the speaker's name only, of the turn's own words only, of both
     assert {(w, n, t) for w, _, _, _, _, n, t in kept if w in ("ann", "bob", "lee")} == {
         ("ann", True, False),
@@ -117,7 +100,6 @@ async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
     kept = await postings(pool, user_id)
     assert kept == await postings(pool, user_id, from_scratch=True)
     assert not {i for _, i, *_ in kept} & set(ids[:3])
-    assert await _df(pool, user_id) == await _df(pool, user_id, DF_FROM_SCRATCH)
     # each turn's length and whether it asks (migration 0181)
     shapes = {tuple(r) for r in await pool.fetch(SHAPES, user_id)}
     assert shapes == {tuple(r) for r in await pool.fetch(SHAPES_FROM_SCRATCH, user_id)}
@@ -126,7 +108,6 @@ async def test_the_statistics_follow_inserts_copies_deletes_and_erasure(
     assert await pool.fetch("SELECT 1 FROM message_text_stats WHERE user_id = $1", user_id) == []
     assert await postings(pool, user_id) == set()
     assert await pool.fetch(SHAPES, user_id) == []
-    assert await pool.fetch("SELECT 1 FROM message_lexeme_df WHERE user_id = $1", user_id) == []
 
 
 async def _lexical(

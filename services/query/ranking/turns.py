@@ -174,10 +174,9 @@ hit AS (
 # Each word's postings are read best first (migration 0200: ordered by the word's
 # weight in the document), at most ``per_word`` of them: below that many a word's
 # postings are all read and ranks are the full scan's; above it the word's best
-# ``per_word`` documents are scored, and its document frequency is ``counted``: for
-# turns, kept per user and word (message_lexeme_df, migration 0201); for passages,
-# counted from its postings (an index-only count). At a million turns a common word
-# is in 40,000 of them (docs/retrieval.md, "Long history: each word's best postings").
+# ``per_word`` documents are scored, and its document frequency is counted from its
+# postings (an index-only count, no row read). At a million turns a common word is
+# in 40,000 of them (docs/retrieval.md, "Long history: each word's best postings").
 # A posting not of the speaker's name is of the document's own words (``in_text``),
 # so its document is found: ``hit`` asks which documents are found (a hashed set of
 # them) only for a posting of a speaker's name, so a query naming no speaker hashes
@@ -217,7 +216,9 @@ hit AS (
 terms AS MATERIALIZED (
     SELECT t.lexeme,
            (CASE WHEN coalesce(r.got, 0) < {per_word} THEN coalesce(r.n, 0)
-                 ELSE {counted}
+                 ELSE (SELECT count(*) FROM message_postings p
+                       WHERE p.user_id = $1 AND p.lexeme = t.lexeme AND NOT p.by_name
+                         AND {documents})
             END
             + (SELECT coalesce(sum(s.turns), 0) FROM speakers s WHERE t.lexeme = ANY(s.words))
            )::float8 AS df
@@ -229,11 +230,6 @@ terms AS MATERIALIZED (
 
 # At most this many postings of each query word are read (``_BM25_STATS``).
 POSTINGS_PER_WORD = 2_000
-# The documents of BM25 over passages: a long turn's passages, the other turns whole.
-_PASSAGE_DOCUMENTS = (
-    "(p.part >= 0 OR NOT EXISTS (SELECT 1 FROM message_passages q "
-    "WHERE q.user_id = p.user_id AND q.message_id = p.message_id))"
-)
 
 
 _LEXICAL = {
@@ -278,8 +274,6 @@ def _lexical_sql(name: str, per_word: int = POSTINGS_PER_WORD) -> str:
                 speakers="s.turns AS turns, s.lexemes AS lexemes",
                 documents="p.part = -1",
                 per_word=int(per_word),
-                counted="coalesce((SELECT d.turns FROM message_lexeme_df d "
-                "WHERE d.user_id = $1 AND d.lexeme = t.lexeme), 0)",
             )
             + _BM25_RANKED_TURNS
         )
@@ -294,10 +288,9 @@ def _lexical_sql(name: str, per_word: int = POSTINGS_PER_WORD) -> str:
             _BM25_STATS.format(
                 speakers="s.turns - s.long_turns + s.passages AS turns, "
                 "s.lexemes - s.long_lexemes + s.passage_lexemes AS lexemes",
-                documents=_PASSAGE_DOCUMENTS,
+                documents="(p.part >= 0 OR NOT EXISTS (SELECT 1 FROM message_passages q "
+                "WHERE q.user_id = p.user_id AND q.message_id = p.message_id))",
                 per_word=int(per_word),
-                counted="(SELECT count(*) FROM message_postings p WHERE p.user_id = $1 "
-                f"AND p.lexeme = t.lexeme AND NOT p.by_name AND {_PASSAGE_DOCUMENTS})",
             )
             + _BM25_RANKED
         )
