@@ -117,19 +117,14 @@ WHERE a.attrelid = ANY($1::regclass[]) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attrelid, a.attnum
 """
 
-# A key between two tables partitioned by user is declared partition to partition
-# (migration 0202): it is read as a key between their parents (once, not per partition).
 _FOREIGN_KEYS = """
-SELECT DISTINCT
-       coalesce(pg_partition_root(c.conrelid), c.conrelid)::regclass::text AS table_name,
-       coalesce(pg_partition_root(c.confrelid), c.confrelid)::regclass::text AS ref_table,
+SELECT c.conrelid::regclass::text AS table_name, c.confrelid::regclass::text AS ref_table,
        (SELECT array_agg(a.attname ORDER BY k.i) FROM unnest(c.conkey) WITH ORDINALITY k(n, i)
         JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n) AS columns,
        (SELECT array_agg(a.attname ORDER BY k.i) FROM unnest(c.confkey) WITH ORDINALITY k(n, i)
         JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.n) AS ref_columns
 FROM pg_constraint c
-WHERE c.contype = 'f' AND c.conparentid = 0
-  AND coalesce(pg_partition_root(c.conrelid), c.conrelid) = ANY($1::regclass[])
+WHERE c.contype = 'f' AND c.conrelid = ANY($1::regclass[])
 """
 
 _PRIMARY_KEYS = """
