@@ -172,7 +172,8 @@ hit AS (
 # in their own words but not in their speaker's name, and every turn (passage) of
 # a speaker whose name holds it.
 # Each word's postings are read best first (migration 0200: ordered by the word's
-# weight in the document), at most ``per_word`` of them: below that many a word's
+# weight in the document, in fiftieths, the newest first within one), at most
+# ``per_word`` of them: below that many a word's
 # postings are all read and ranks are the full scan's; above it the word's best
 # ``per_word`` documents are scored, and its document frequency is counted from its
 # postings (an index-only count, no row read). At a million turns a common word is
@@ -204,7 +205,7 @@ posted AS MATERIALIZED (
         SELECT p.message_id AS id, p.part, p.tf, p.dl, p.by_name, p.in_text
         FROM message_postings p
         WHERE p.user_id = $1 AND p.lexeme = t.lexeme AND {documents}
-        ORDER BY p.impact DESC, p.message_id DESC, p.part DESC
+        ORDER BY p.band DESC, p.message_id DESC, p.part DESC
         LIMIT {per_word}
     ) AS b
 ),
