@@ -149,23 +149,25 @@ async def test_reading_only_the_matching_turns_gives_the_full_scans_ranks(
     assert await _lexical(pool, "bm25_stats", user_id, "zebra") == {}
 
 
-async def test_a_word_in_more_documents_than_are_read_scores_its_best_at_full_ranks(
+async def test_a_word_in_more_documents_than_are_read_scores_its_newest_at_full_ranks(
     pool: asyncpg.Pool, user_id: str
 ) -> None:
-    # "weather" is in four turns; reading at most two postings of each word scores
-    # the two turns where it weighs most (its postings are ordered so, migration
-    # 0200), at the full scan's ranks: the word's document frequency is still counted
-    # over all four
+    # "weather" is in five turns, the newest a long one where it weighs least;
+    # reading at most two postings of each word scores its two newest turns, at the
+    # full scan's ranks: the word's document frequency is still counted over all five
     _, ids = await add_turns(pool, user_id, TURNS)
+    _, (latest,) = await add_turns(
+        pool, user_id, [T("weather all week: rain, wind, fog, sleet, hail, snow and thunder")]
+    )
     await vector_index.index_user(pool, user_id, "message", settle_s=0)
     full = await _lexical(pool, "bm25", user_id, "weather")
-    assert len(full) == 4
+    assert len(full) == 5 and min(full, key=lambda i: full[i]) == latest
     for name in ("bm25_stats", "bm25_stats_passages"):
-        assert await _lexical(pool, name, user_id, "weather", per_word=4) == pytest.approx(full)
+        assert await _lexical(pool, name, user_id, "weather", per_word=5) == pytest.approx(full)
         read = await _lexical(pool, name, user_id, "weather", per_word=2)
-        assert set(read) == set(sorted(full, key=lambda i: -full[i])[:2]), name
+        assert set(read) == {ids[3], latest}, name
         assert read == pytest.approx({i: full[i] for i in read}, abs=1e-9)
-    # two words, each in four turns: each word's two best are scored, a turn for the
+    # two words, each in four or five turns: each word's two newest are scored, a turn for the
     # words it was read for (never more than the full scan gives it)
     both = await _lexical(pool, "bm25", user_id, "weather pottery")
     read = await _lexical(pool, "bm25_stats", user_id, "weather pottery", per_word=2)

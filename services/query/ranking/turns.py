@@ -171,13 +171,14 @@ hit AS (
 # too, are its hits; a word's document frequency counts the documents holding it
 # in their own words but not in their speaker's name, and every turn (passage) of
 # a speaker whose name holds it.
-# Each word's postings are read best first (migration 0200: ordered by the word's
-# weight in the document, in fiftieths, the newest first within one), at most
-# ``per_word`` of them: below that many a word's
-# postings are all read and ranks are the full scan's; above it the word's best
-# ``per_word`` documents are scored, and its document frequency is counted from its
-# postings (an index-only count, no row read). At a million turns a common word is
-# in 40,000 of them (docs/retrieval.md, "Long history: each word's best postings").
+# Each word's postings are read newest first (the primary key backwards), at most
+# ``per_word`` of them: below that many a word's postings are all read and ranks
+# are the full scan's; above it the word's newest ``per_word`` documents are scored,
+# and its document frequency is counted from all its postings (an index-only count,
+# no row read). A word in more than ``per_word`` of a user's turns weighs little
+# (its idf is low); the rarer words that decide a ranking are read whole. At a
+# million turns a common word is in 40,000 of them (docs/retrieval.md, "Long
+# history: a common word's newest postings").
 # A posting not of the speaker's name is of the document's own words (``in_text``),
 # so its document is found: ``hit`` asks which documents are found (a hashed set of
 # them) only for a posting of a speaker's name, so a query naming no speaker hashes
@@ -205,7 +206,7 @@ posted AS MATERIALIZED (
         SELECT p.message_id AS id, p.part, p.tf, p.dl, p.by_name, p.in_text
         FROM message_postings p
         WHERE p.user_id = $1 AND p.lexeme = t.lexeme AND {documents}
-        ORDER BY p.band DESC, p.message_id DESC, p.part DESC
+        ORDER BY p.message_id DESC, p.part DESC
         LIMIT {per_word}
     ) AS b
 ),
@@ -267,7 +268,7 @@ def _lexical_sql(name: str, per_word: int = POSTINGS_PER_WORD) -> str:
     # things: a turn that holds none of the query's words in its content (only its
     # speaker's name) is no candidate here, and the mean length counts a speaker's
     # name beside their words even in a turn that names its own speaker (one word
-    # more, once); and, for a word in more than ``per_word`` documents, only its best
+    # more, once); and, for a word in more than ``per_word`` documents, only its newest
     # ``per_word`` are scored.
     if name == "bm25_stats":
         return (
