@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 
+from services.ingest.app import create_app
+from services.ingest.settings import IngestSettings
 from shared.errors import InvalidEvent
 from shared.events import BatchResult, TurnReceived, turn_adapter
 from shared.metrics import ServiceMetrics
 from shared.runtime import Runtime
 from shared.streams import Publisher, StreamConsumer
 from tests.ingest.helpers import dead_entries
+from tests.support import running
 
 
 def _turn(i: int) -> TurnReceived:
@@ -198,12 +202,6 @@ async def test_a_publish_soon_that_fails_is_logged_not_raised(settings, caplog):
 async def test_a_started_service_leaves_what_it_holds_out_of_full_collections(make_settings):
     # the objects alive at start are frozen (shared/runtime.py, settle_heap): a full
     # garbage collection no longer walks them; they are collectable again after the stop
-    import gc
-
-    from services.ingest.app import create_app
-    from services.ingest.settings import IngestSettings
-    from tests.support import running
-
     gc.unfreeze()
     async with running(create_app(make_settings(IngestSettings))):
         assert gc.get_freeze_count() > 10_000

@@ -254,52 +254,49 @@ lexical AS (
 }
 
 
+# The same BM25 for a big user, searched with no filter, reading only the postings of
+# the query's words (message_postings, migration 0180: per user and word, each
+# document holding it with its tf and length): the corpus (turns, their mean length)
+# and the turns a speaker's name brings to a word's document frequency come from
+# message_text_stats (migration 0090), the rest of each word's from its postings. Ranks
+# equal the full scan's but for three things: a turn that holds none of the query's
+# words in its content (only its speaker's name) is no candidate here; the mean length
+# counts a speaker's name beside their words even in a turn that names its own
+# speaker (one word more, once); and for a word in more than ``per_word`` documents
+# only its newest ``per_word`` are scored.
+# Each: its corpus per speaker, its documents, its ranking.
+_STATS = {
+    # over turns ("bm25")
+    "bm25_stats": (
+        "s.turns AS turns, s.lexemes AS lexemes",
+        "p.part = -1",
+        _BM25_RANKED_TURNS,
+    ),
+    # ... and over a long turn's passages instead of the turn ("bm25_passages"): the
+    # corpus counts the turns without passages and the passages (migration 0161 keeps
+    # their numbers beside the turns'), the postings read are those of the passages and
+    # of the turns that have none (a probe of message_passages' key per turn posting)
+    "bm25_stats_passages": (
+        "s.turns - s.long_turns + s.passages AS turns, "
+        "s.lexemes - s.long_lexemes + s.passage_lexemes AS lexemes",
+        "(p.part >= 0 OR NOT EXISTS (SELECT 1 FROM message_passages q "
+        "WHERE q.user_id = p.user_id AND q.message_id = p.message_id))",
+        _BM25_RANKED,
+    ),
+}
+
+
 def _lexical_sql(name: str, per_word: int = POSTINGS_PER_WORD) -> str:
-    """The lexical side ``name``: one of ``_LEXICAL``, or BM25 for a big user read
-    from the postings of the query's words, at most ``per_word`` of each."""
+    """The lexical side ``name``: one of ``_LEXICAL``, or of ``_STATS`` reading at
+    most ``per_word`` postings of each query word."""
     if name in _LEXICAL:
         return _LEXICAL[name]
-    # The same BM25 for a big user, searched with no filter, reading only the
-    # postings of the query's words (message_postings, migration 0180: per user and
-    # word, each document holding it with its tf and length): the corpus (turns,
-    # their mean length) and the turns a speaker's name brings to a word's document
-    # frequency come from message_text_stats (migration 0090), the rest of each
-    # word's from its postings. Ranks equal the statement above's but for two
-    # things: a turn that holds none of the query's words in its content (only its
-    # speaker's name) is no candidate here, and the mean length counts a speaker's
-    # name beside their words even in a turn that names its own speaker (one word
-    # more, once); and, for a word in more than ``per_word`` documents, only its newest
-    # ``per_word`` are scored.
-    if name == "bm25_stats":
-        return (
-            _BM25_STATS.format(
-                speakers="s.turns AS turns, s.lexemes AS lexemes",
-                documents="p.part = -1",
-                per_word=int(per_word),
-            )
-            + _BM25_RANKED_TURNS
-        )
-    # ... and over a long turn's passages instead of the turn (``lexical_passages``):
-    # the corpus counts the turns without passages and the passages (migration
-    # 0161 keeps their numbers beside the turns'), the postings read are those of
-    # the passages and of the turns that have none (a probe of message_passages'
-    # key per turn posting read). Ranks equal "bm25_passages"' but for the same
-    # things as above.
-    if name == "bm25_stats_passages":
-        return (
-            _BM25_STATS.format(
-                speakers="s.turns - s.long_turns + s.passages AS turns, "
-                "s.lexemes - s.long_lexemes + s.passage_lexemes AS lexemes",
-                documents="(p.part >= 0 OR NOT EXISTS (SELECT 1 FROM message_passages q "
-                "WHERE q.user_id = p.user_id AND q.message_id = p.message_id))",
-                per_word=int(per_word),
-            )
-            + _BM25_RANKED
-        )
-    raise KeyError(name)
+    speakers, documents, ranked = _STATS[name]
+    stats = _BM25_STATS.format(speakers=speakers, documents=documents, per_word=int(per_word))
+    return stats + ranked
 
 
-LEXICAL = (*_LEXICAL, "bm25_stats", "bm25_stats_passages")
+LEXICAL = (*_LEXICAL, *_STATS)
 
 # Exact: "+ 0" keeps the planner off the HNSW index, so every one of the user's
 # rows is compared (used when the user has few rows).
