@@ -46,13 +46,15 @@ Measured at every point, each at concurrency 1 after a warm-up:
   per million turns; memory: the indexes a search walks (what must stay cached).
 
 Progress goes to stdout; results to ``bench/results/scale-<series>.json`` (``--out``),
-rewritten after every step.
+rewritten after every step. ``--hold`` keeps the filled databases up at the end (their
+URLs printed) until interrupted, so a variant can be measured on them.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import shutil
@@ -151,6 +153,7 @@ class Db:
 
     layout: str
     pool: asyncpg.Pool
+    url: str
 
 
 @dataclass
@@ -526,7 +529,7 @@ async def open_db(layout: str, pg: EmbeddedPostgres, tmp: Path) -> Db:
     log(f"layout {layout}: {len(applied)} migrations, messages partitioned: {partitioned}")
     if partitioned != (layout == "partitioned"):
         raise SystemExit(f"layout {layout}, but messages partitioned is {partitioned}")
-    return Db(layout, await create_pool(url, min_size=2, max_size=6))
+    return Db(layout, await create_pool(url, min_size=2, max_size=6), url)
 
 
 COUNTS = "SELECT (SELECT count(*) FROM messages) AS m, (SELECT count(*) FROM episodes) AS e"
@@ -654,12 +657,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await redis.aclose()
         for db in dbs:
             await db.pool.close()
+        if args.hold:
+            await hold(dbs)
         return points_report
     finally:
         rd.stop()
         for pg in pgs.values():
             pg.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def hold(dbs: list[Db]) -> None:
+    """Keep the filled databases up until interrupted (``--hold``): what a run filled
+    for half an hour can then be studied (EXPLAIN, a variant of a statement) before
+    the servers stop and their directory is deleted."""
+    for db in dbs:
+        log(f"  [{db.layout}] holding: {db.url}")
+    log("  holding the databases until interrupted (Ctrl-C or SIGTERM)")
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.Event().wait()
 
 
 def _report(args: argparse.Namespace, points: list[dict[str, Any]]) -> dict[str, Any]:
@@ -710,6 +726,11 @@ def main() -> None:
     )
     parser.add_argument("--tmp", default=None, help="where the databases live")
     parser.add_argument("--maintenance-mem", default=MAINTENANCE_MEM, help="for index builds")
+    parser.add_argument(
+        "--hold",
+        action="store_true",
+        help="after the last step, keep the databases up (URLs printed) until interrupted",
+    )
     args = parser.parse_args()
     args.out = args.out or f"scale-{args.series}"
     MAINTENANCE_MEM = args.maintenance_mem

@@ -57,6 +57,7 @@ NOT_EXPORTED: dict[str, str] = {
     "message_shapes": "derived: triggers on messages rebuild it as the turns are imported",
     "vector_index_users": "derived: the embedder lists a big user for the HNSW index again",
     "message_postings_users": "derived: the embedder lists a big user's postings again",
+    "message_word_counts": "derived: the embedder counts a big user's common words again",
     "embedding_rebuilds": "operational: the import starts its own re-embedding",
     "episode_closes": "transient: an episode close waiting for its turns inside ingest",
     "webhook_subscriptions": "secrets: a deployment's subscriptions are made on it anew",

@@ -12,8 +12,11 @@ walk the index for them (``is_ready``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+
+import asyncpg
 
 from shared.db import Executor
 from shared.embeddings.store import TABLES
@@ -27,6 +30,17 @@ MARK_BATCH = 2000
 # was on it (the embedder's are a few milliseconds): after it, no unmarked vector
 # of theirs can still appear, and a last pass finds every one.
 SETTLE_S = 2.0
+
+# A big user's BM25 reads at most this many postings of each query word, its newest
+# (services/query/ranking/turns.py, ``bm25_stats``), and a word in more turns than
+# that has its document frequency from ``message_word_counts`` (migration 0200):
+# ``count_words`` keeps the count of every word in at least ``WORDS_COUNTED_FROM`` of
+# the user's turns (half the limit: a word that grows past the limit between two
+# counts is mostly counted already), and counts again once the user's turns have
+# grown by ``RECOUNT_GROWTH``.
+POSTINGS_PER_WORD = 2_000
+WORDS_COUNTED_FROM = POSTINGS_PER_WORD // 2
+RECOUNT_GROWTH = 0.1
 
 IS_READY = "SELECT ready FROM vector_index_users WHERE user_id = $1 AND kind = $2"
 LIST = """
@@ -102,6 +116,37 @@ WHERE p.user_id = $1
 POSTINGS_READY = "UPDATE message_postings_users SET ready = true WHERE user_id = $1"
 POSTINGS_ARE_READY = "SELECT ready FROM message_postings_users WHERE user_id = $1"
 
+# A ready user's common words, counted up to the newest turn stored before a settling
+# time (so no write still in flight holds a lower id: it would be in neither the
+# count nor the postings a search adds since), the user's counts replaced at once.
+NEWEST_TURN = "SELECT max(id) FROM messages WHERE user_id = $1"
+COUNT_WORDS = """
+SELECT p.lexeme, count(*) AS turns
+FROM message_postings p
+WHERE p.user_id = $1 AND p.part = -1 AND NOT p.by_name AND p.message_id <= $2
+GROUP BY p.lexeme
+HAVING count(*) >= $3
+"""
+UNCOUNT_WORDS = "DELETE FROM message_word_counts WHERE user_id = $1"
+KEEP_COUNTS = """
+INSERT INTO message_word_counts (user_id, lexeme, turns, upto)
+SELECT $1, c.lexeme, c.turns, $4 FROM unnest($2::text[], $3::bigint[]) AS c(lexeme, turns)
+"""
+COUNTED_TURNS = """
+UPDATE message_postings_users u
+SET counted_turns = (SELECT coalesce(sum(s.turns), 0) FROM message_text_stats s
+                     WHERE s.user_id = $1)
+WHERE u.user_id = $1
+"""
+# a ready user whose turns grew by a share since their words were last counted
+RECOUNT_DUE = """
+SELECT u.counted_turns IS NULL
+       OR (SELECT coalesce(sum(s.turns), 0) FROM message_text_stats s WHERE s.user_id = $1)
+          > u.counted_turns * (1 + $2::float8)
+FROM message_postings_users u
+WHERE u.user_id = $1 AND u.ready
+"""
+
 
 async def is_ready(conn: Executor, user_id: str, kind: EmbedKind) -> bool:
     """Whether every vector of this user's in ``kind``'s table is in its HNSW index."""
@@ -152,6 +197,54 @@ async def _fill_postings(conn: Executor, user_id: str) -> None:
         await conn.execute(statement, user_id)
 
 
+async def count_words(
+    conn: Executor,
+    user_id: str,
+    *,
+    settle_s: float = SETTLE_S,
+    counted_from: int | None = None,
+) -> int:
+    """Count the user's common words (those in at least ``counted_from`` of their
+    turns, ``WORDS_COUNTED_FROM`` if not given) into ``message_word_counts``, up to
+    their newest turn stored ``settle_s`` ago; returns the words counted. A search
+    reads a count plus the postings written since, so a count of any age is exact
+    (a deleted turn takes itself off it; one deleted while this counts stays in the
+    new count, one too many, until the next); a fresh one keeps those postings few."""
+    least = WORDS_COUNTED_FROM if counted_from is None else counted_from
+    upto = await conn.fetchval(NEWEST_TURN, user_id)
+    if upto is None:
+        return 0
+    await asyncio.sleep(settle_s)
+    started = time.monotonic()
+    # counted first (seconds at a million turns), then swapped in one short transaction,
+    # so a delete's trigger never waits on the count
+    counted = await conn.fetch(COUNT_WORDS, user_id, upto, least)
+    async with contextlib.AsyncExitStack() as stack:
+        c = (
+            await stack.enter_async_context(conn.acquire())
+            if isinstance(conn, asyncpg.Pool)
+            else conn
+        )
+        await stack.enter_async_context(c.transaction())
+        await c.execute(UNCOUNT_WORDS, user_id)
+        await c.execute(
+            KEEP_COUNTS,
+            user_id,
+            [r["lexeme"] for r in counted],
+            [r["turns"] for r in counted],
+            upto,
+        )
+        await c.execute(COUNTED_TURNS, user_id)
+    words = len(counted)
+    log.info(
+        "postings: %d common word(s) of user %s counted in %.1f s",
+        words,
+        user_id,
+        time.monotonic() - started,
+    )
+    return words
+
+
 async def index_user(
     conn: Executor,
     user_id: str,
@@ -184,6 +277,7 @@ async def index_user(
             log.info("postings: %s of user %s's deleted turns swept", swept.split()[-1], user_id)
         await conn.execute(POSTINGS_READY, user_id)
         _postings.pop(user_id, None)
+        await count_words(conn, user_id, settle_s=settle_s)
     await conn.execute(SET_READY, user_id, kind)
     _ready.pop((user_id, kind), None)
     log.info(
@@ -224,7 +318,9 @@ class Indexer:
     embedder's periodic job) checks those due: a user found small is not counted
     again for ``recheck_s``, but is once it has passed if vectors came meanwhile
     (an import that crosses the limit after a check, then stops, is still
-    listed); one found listed and ready never again."""
+    listed); one found listed and ready never again, but for its words' counts: a ready
+    user who got turns is checked at most every ``recheck_s``, and their common
+    words counted again once their turns grew by ``RECOUNT_GROWTH``."""
 
     def __init__(
         self, *, min_rows: int = MIN_ROWS, recheck_s: float = 60.0, settle_s: float = SETTLE_S
@@ -235,11 +331,15 @@ class Indexer:
         self._due: set[tuple[str, EmbedKind]] = set()
         self._small_until: dict[tuple[str, EmbedKind], float] = {}
         self._ready: set[tuple[str, EmbedKind]] = set()
+        self._grown: set[str] = set()
+        self._recount_at: dict[str, float] = {}
 
     def note(self, user_id: str, kind: EmbedKind) -> None:
         key = (user_id, kind)
         if key not in self._ready:
             self._due.add(key)
+        elif kind == "message":
+            self._grown.add(user_id)
 
     async def run(self, conn: Executor) -> int:
         """Check the users due; index those over the limit. Returns users indexed."""
@@ -263,4 +363,15 @@ class Indexer:
             await index_user(conn, user_id, kind, settle_s=self.settle_s)
             self._ready.add((user_id, kind))
             indexed += 1
+        await self._recount(conn, now)
         return indexed
+
+    async def _recount(self, conn: Executor, now: float) -> None:
+        due = {u for u in self._grown if self._recount_at.get(u, 0.0) <= now}
+        self._grown -= due
+        if len(self._recount_at) > 100_000:
+            self._recount_at = {u: t for u, t in self._recount_at.items() if t > now}
+        for user_id in sorted(due):
+            self._recount_at[user_id] = now + self.recheck_s
+            if await conn.fetchval(RECOUNT_DUE, user_id, RECOUNT_GROWTH):
+                await count_words(conn, user_id, settle_s=self.settle_s)

@@ -265,3 +265,98 @@ async def test_a_turn_deleted_while_the_user_is_listed_leaves_no_postings(
     kept = await postings(pool, user_id)
     assert kept == await postings(pool, user_id, from_scratch=True)
     assert not {w for w, *_ in kept} & {"potteri", "class", "cancel"}
+
+
+COUNTS = "SELECT lexeme, turns FROM message_word_counts WHERE user_id = $1"
+FULL_COUNTS = """
+SELECT lexeme, count(*) AS turns FROM message_postings
+WHERE user_id = $1 AND part = -1 AND NOT by_name GROUP BY lexeme HAVING count(*) >= $2
+"""
+
+
+async def test_a_common_words_kept_count_and_its_postings_since_are_its_count(
+    pool: asyncpg.Pool, user_id: str
+) -> None:
+    # read two postings of each word: "weather" (in five turns) and "pottery" (four)
+    # are past it, so their document frequency is the kept count (migration 0200)
+    # plus the postings written since; the ranks are those of counting every posting
+    _, ids = await add_turns(pool, user_id, TURNS)
+    await vector_index.index_user(pool, user_id, "message", settle_s=0)
+    query = "weather pottery class"
+
+    async def ranks() -> dict[int, float]:
+        return await _lexical(pool, "bm25_stats", user_id, query, per_word=2)
+
+    counted_nothing = await ranks()  # no word is in the default 1,000 turns: none kept
+    assert await pool.fetch(COUNTS, user_id) == []
+    assert await vector_index.count_words(pool, user_id, settle_s=0, counted_from=2) > 0
+    kept = {r["lexeme"]: r["turns"] for r in await pool.fetch(COUNTS, user_id)}
+    full = {r["lexeme"]: r["turns"] for r in await pool.fetch(FULL_COUNTS, user_id, 2)}
+    assert kept == full and kept["weather"] == 4 and kept["potteri"] == 4  # stemmed
+    assert await ranks() == pytest.approx(counted_nothing, abs=1e-9)
+
+    # the count is read: a wrong one moves the ranks
+    await pool.execute(
+        "UPDATE message_word_counts SET turns = turns + 50 WHERE user_id = $1", user_id
+    )
+    assert await ranks() != pytest.approx(counted_nothing, abs=1e-9)
+    await vector_index.count_words(pool, user_id, settle_s=0, counted_from=2)
+
+    async def counted_every_posting() -> dict[int, float]:
+        async with pool.acquire() as conn, conn.transaction():
+            kept_rows = await conn.fetch(
+                "DELETE FROM message_word_counts WHERE user_id = $1 RETURNING *", user_id
+            )
+            got = await _lexical(conn, "bm25_stats", user_id, query, per_word=2)
+            await conn.executemany(
+                "INSERT INTO message_word_counts (user_id, lexeme, turns, upto) "
+                "VALUES ($1, $2, $3, $4)",
+                [(r["user_id"], r["lexeme"], r["turns"], r["upto"]) for r in kept_rows],
+            )
+        return got
+
+    # turns written after the count: their postings are added to it
+    _, new = await add_turns(
+        pool, user_id, [T("weather and pottery class again"), T("the weather, once more")]
+    )
+    assert {r["turns"] for r in await pool.fetch(COUNTS, user_id)} <= set(full.values())
+    assert await ranks() == pytest.approx(await counted_every_posting(), abs=1e-9)
+    # turns deleted, counted ones and a new one: they take themselves off the count
+    await pool.execute(
+        "DELETE FROM messages WHERE id = ANY($1::bigint[])", [ids[0], ids[2], ids[4], new[1]]
+    )
+    kept = {r["lexeme"]: r["turns"] for r in await pool.fetch(COUNTS, user_id)}
+    assert kept["weather"] == 4 - 2 and kept["potteri"] == 4 - 1
+    assert await ranks() == pytest.approx(await counted_every_posting(), abs=1e-9)
+    await pool.execute("DELETE FROM users WHERE id = $1", user_id)  # erasure cascades
+    assert await pool.fetch(COUNTS, user_id) == []
+
+
+async def test_a_ready_users_words_are_counted_again_once_their_turns_grew(
+    pool: asyncpg.Pool, user_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vector_index, "WORDS_COUNTED_FROM", 3)
+    first = [*TURNS, T("hiking again on monday"), T("nothing new")]
+    # embedded turns: the indexer lists a user by their embedded rows
+    await add_turns(
+        pool, user_id, [T(t.content, unit(i + 1), t.speaker) for i, t in enumerate(first)]
+    )
+    indexer = vector_index.Indexer(min_rows=5, recheck_s=0.0, settle_s=0.0)
+    indexer.note(user_id, "message")
+    assert await indexer.run(pool) == 1  # listed, filled, ready, counted
+    counted = "SELECT counted_turns FROM message_postings_users WHERE user_id = $1"
+    assert await pool.fetchval(counted, user_id) == 11
+    assert {r["lexeme"] for r in await pool.fetch(COUNTS, user_id)} == {"weather", "potteri"}
+    # a twelfth turn: not a tenth's growth, not counted again
+    await add_turns(pool, user_id, [T("weather, pottery and a class")])
+    indexer.note(user_id, "message")
+    await indexer.run(pool)
+    assert await pool.fetchval(counted, user_id) == 11
+    # two more: past a tenth, counted again ("class" is now in five turns)
+    await add_turns(pool, user_id, [T("class of pottery"), T("a class on weather")])
+    indexer.note(user_id, "message")
+    await indexer.run(pool)
+    assert await pool.fetchval(counted, user_id) == 14
+    kept = {r["lexeme"]: r["turns"] for r in await pool.fetch(COUNTS, user_id)}
+    assert kept == {r["lexeme"]: r["turns"] for r in await pool.fetch(FULL_COUNTS, user_id, 3)}
+    assert set(kept) == {"weather", "potteri", "class"}

@@ -218,9 +218,10 @@ hit AS (
 terms AS MATERIALIZED (
     SELECT t.lexeme,
            (CASE WHEN coalesce(r.got, 0) < {per_word} THEN coalesce(r.n, 0)
-                 ELSE (SELECT count(*) FROM message_postings p
-                       WHERE p.user_id = $1 AND p.lexeme = t.lexeme AND NOT p.by_name
-                         AND {documents})
+                 ELSE coalesce({counted},
+                               (SELECT count(*) FROM message_postings p
+                                WHERE p.user_id = $1 AND p.lexeme = t.lexeme AND NOT p.by_name
+                                  AND {documents}))
             END
             + (SELECT coalesce(sum(s.turns), 0) FROM speakers s WHERE t.lexeme = ANY(s.words))
            )::float8 AS df
@@ -230,8 +231,17 @@ terms AS MATERIALIZED (
 ),
 """
 
-# At most this many postings of each query word are read (``_BM25_STATS``).
-POSTINGS_PER_WORD = 2_000
+# At most this many postings of each query word are read (``_BM25_STATS``); a word
+# in more of the user's turns has its count kept by the embedder (migration 0200).
+POSTINGS_PER_WORD = vector_index.POSTINGS_PER_WORD
+
+# A word in more turns than are read: its kept count (``vector_index.count_words``) and
+# the postings written since, the newest end of the word's postings; NULL when the
+# word has no count kept (the search counts all its postings).
+_COUNTED = """(SELECT c.turns + (SELECT count(*) FROM message_postings p
+                                WHERE p.user_id = $1 AND p.lexeme = t.lexeme AND p.part = -1
+                                  AND NOT p.by_name AND p.message_id > c.upto)
+               FROM message_word_counts c WHERE c.user_id = $1 AND c.lexeme = t.lexeme)"""
 
 
 _LEXICAL = {
@@ -264,13 +274,14 @@ lexical AS (
 # counts a speaker's name beside their words even in a turn that names its own
 # speaker (one word more, once); and for a word in more than ``per_word`` documents
 # only its newest ``per_word`` are scored.
-# Each: its corpus per speaker, its documents, its ranking.
+# Each: its corpus per speaker, its documents, its ranking, a word's kept count.
 _STATS = {
     # over turns ("bm25")
     "bm25_stats": (
         "s.turns AS turns, s.lexemes AS lexemes",
         "p.part = -1",
         _BM25_RANKED_TURNS,
+        _COUNTED,
     ),
     # ... and over a long turn's passages instead of the turn ("bm25_passages"): the
     # corpus counts the turns without passages and the passages (migration 0161 keeps
@@ -282,6 +293,7 @@ _STATS = {
         "(p.part >= 0 OR NOT EXISTS (SELECT 1 FROM message_passages q "
         "WHERE q.user_id = p.user_id AND q.message_id = p.message_id))",
         _BM25_RANKED,
+        "NULL::bigint",  # counts are kept of turns, not of passages
     ),
 }
 
@@ -291,8 +303,10 @@ def _lexical_sql(name: str, per_word: int = POSTINGS_PER_WORD) -> str:
     most ``per_word`` postings of each query word."""
     if name in _LEXICAL:
         return _LEXICAL[name]
-    speakers, documents, ranked = _STATS[name]
-    stats = _BM25_STATS.format(speakers=speakers, documents=documents, per_word=int(per_word))
+    speakers, documents, ranked, counted = _STATS[name]
+    stats = _BM25_STATS.format(
+        speakers=speakers, documents=documents, per_word=int(per_word), counted=counted
+    )
     return stats + ranked
 
 
