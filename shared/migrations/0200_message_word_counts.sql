@@ -4,9 +4,9 @@
 -- A big user's BM25 reads at most the newest 2,000 postings of each query word
 -- (services/query/ranking/turns.py, `bm25_stats`), but a word's document
 -- frequency was still counted over all its postings at every search: at a million
--- turns a common word is in tens of thousands of them, and those counts were most
--- of such a user's search (p50 60 -> 36 ms, p95 111 -> 45 ms with them taken as
--- given). Here the embedder counts them once (`vector_index.count_words`): for each
+-- turns a common word is in tens of thousands of them, a cost that grows with the
+-- user (at a million turns, p95 36.5 -> 30.1 ms with the counts kept; docs/scale.md).
+-- Here the embedder counts them once (`vector_index.count_words`): for each
 -- word in at least `WORDS_COUNTED_FROM` of the user's turns, how many of the turns
 -- up to `upto` hold it in their own words. A search adds the postings written
 -- since (`message_id > upto`, the newest end of the word's postings: a short range
