@@ -7,6 +7,7 @@ import pytest
 from services.query.app import create_app
 from services.query.rpc.search import search_channel
 from services.query.settings import QuerySettings
+from shared.embeddings import vector_index
 from tests.query.helpers import FixedEmbedder, admin_auth, auth, resolver_for, set_vector, unit
 from tests.support import running
 
@@ -206,6 +207,14 @@ async def test_erasing_a_user_leaves_no_row_of_theirs(make_settings, pool, as_ad
             "VALUES ($1, 'local', 'all-MiniLM-L6-v2')",
             a,
         )
+        # a big user's derived rows too: postings, shapes, common words counted (the
+        # erasure deletes these before the turns)
+        await vector_index.index_user(pool, a, "message", settle_s=0)
+        await vector_index.count_words(pool, a, settle_s=0, counted_from=1)
+        for derived in ("message_postings", "message_shapes", "message_word_counts"):
+            assert await pool.fetchval(f"SELECT count(*) FROM {derived} WHERE user_id = $1", a), (
+                derived
+            )
         headers = await admin_auth(pool) if as_admin else ha
         r = await client.delete(f"/v1/users/{a}", headers=headers)
         assert r.status_code == 200, r.text

@@ -51,7 +51,11 @@ WHERE c.column_name = 'user_id' AND t.table_type = 'BASE TABLE'
   -- a partition's rows are its partitioned table's (migration 0170): counted there
   AND NOT (SELECT r.relispartition FROM pg_class r
            WHERE r.oid = format('%I.%I', c.table_schema, c.table_name)::regclass)
-ORDER BY c.table_name
+-- what the turns' triggers keep per turn goes first, in one range of each table's key:
+-- deleted with the turns instead, each turn's postings are found and deleted one by
+-- one (a 10,000-turn chat's erasure 11.1-11.6 s that way, 1.4-1.5 s this way)
+ORDER BY c.table_name NOT IN ('message_postings', 'message_word_counts', 'message_shapes'),
+         c.table_name
 """
 
 DELETE_USER = "DELETE FROM users WHERE id = $1 RETURNING id"
