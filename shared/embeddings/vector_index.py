@@ -12,11 +12,8 @@ walk the index for them (``is_ready``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-
-import asyncpg
 
 from shared.db import Executor
 from shared.embeddings.store import TABLES
@@ -118,7 +115,9 @@ POSTINGS_ARE_READY = "SELECT ready FROM message_postings_users WHERE user_id = $
 
 # A ready user's common words, counted up to the newest turn stored before a settling
 # time (so no write still in flight holds a lower id: it would be in neither the
-# count nor the postings a search adds since), the user's counts replaced at once.
+# count nor the postings a search adds since). Each row is a count and the turn it
+# counts up to, right on its own whenever it is read, so rows are replaced one by one
+# (an upsert, then the words no longer counted) with no transaction around them.
 NEWEST_TURN = "SELECT max(id) FROM messages WHERE user_id = $1"
 COUNT_WORDS = """
 SELECT p.lexeme, count(*) AS turns
@@ -127,22 +126,19 @@ WHERE p.user_id = $1 AND p.part = -1 AND NOT p.by_name AND p.message_id <= $2
 GROUP BY p.lexeme
 HAVING count(*) >= $3
 """
-UNCOUNT_WORDS = "DELETE FROM message_word_counts WHERE user_id = $1"
 KEEP_COUNTS = """
 INSERT INTO message_word_counts (user_id, lexeme, turns, upto)
 SELECT $1, c.lexeme, c.turns, $4 FROM unnest($2::text[], $3::bigint[]) AS c(lexeme, turns)
+ON CONFLICT (user_id, lexeme) DO UPDATE SET turns = excluded.turns, upto = excluded.upto
 """
-COUNTED_TURNS = """
-UPDATE message_postings_users u
-SET counted_turns = (SELECT coalesce(sum(s.turns), 0) FROM message_text_stats s
-                     WHERE s.user_id = $1)
-WHERE u.user_id = $1
-"""
+DROP_UNCOUNTED = "DELETE FROM message_word_counts WHERE user_id = $1 AND upto < $2"
+_USER_TURNS = "(SELECT coalesce(sum(s.turns), 0) FROM message_text_stats s WHERE s.user_id = $1)"
+COUNTED_TURNS = (
+    f"UPDATE message_postings_users SET counted_turns = {_USER_TURNS} WHERE user_id = $1"
+)
 # a ready user whose turns grew by a share since their words were last counted
-RECOUNT_DUE = """
-SELECT u.counted_turns IS NULL
-       OR (SELECT coalesce(sum(s.turns), 0) FROM message_text_stats s WHERE s.user_id = $1)
-          > u.counted_turns * (1 + $2::float8)
+RECOUNT_DUE = f"""
+SELECT u.counted_turns IS NULL OR {_USER_TURNS} > u.counted_turns * (1 + $2::float8)
 FROM message_postings_users u
 WHERE u.user_id = $1 AND u.ready
 """
@@ -216,25 +212,13 @@ async def count_words(
         return 0
     await asyncio.sleep(settle_s)
     started = time.monotonic()
-    # counted first (seconds at a million turns), then swapped in one short transaction,
-    # so a delete's trigger never waits on the count
+    # counted first (seconds at a million turns), then written: a delete's trigger
+    # never waits on the count
     counted = await conn.fetch(COUNT_WORDS, user_id, upto, least)
-    async with contextlib.AsyncExitStack() as stack:
-        c = (
-            await stack.enter_async_context(conn.acquire())
-            if isinstance(conn, asyncpg.Pool)
-            else conn
-        )
-        await stack.enter_async_context(c.transaction())
-        await c.execute(UNCOUNT_WORDS, user_id)
-        await c.execute(
-            KEEP_COUNTS,
-            user_id,
-            [r["lexeme"] for r in counted],
-            [r["turns"] for r in counted],
-            upto,
-        )
-        await c.execute(COUNTED_TURNS, user_id)
+    lexemes, turns = [r["lexeme"] for r in counted], [r["turns"] for r in counted]
+    await conn.execute(KEEP_COUNTS, user_id, lexemes, turns, upto)
+    await conn.execute(DROP_UNCOUNTED, user_id, upto)
+    await conn.execute(COUNTED_TURNS, user_id)
     words = len(counted)
     log.info(
         "postings: %d common word(s) of user %s counted in %.1f s",
